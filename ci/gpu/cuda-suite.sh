@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The CUDA half of the suite in one call, for a GPU machine with torch and the test tools but no
+# vLLM install: the gate on cpu + cuda (--require-cuda; conformance needs vLLM and is skipped),
+# then the benchmarks on cpu + cuda. Reports, benchmark JSON/PNG and any new fixture land in $OUT.
+#   PROFILE  Hypothesis profile for the gate (default gate)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+python - <<'PY'
+import torch, triton, hypothesis, platform
+print(f"python {platform.python_version()}  torch {torch.__version__}  triton {triton.__version__}  "
+      f"hypothesis {hypothesis.__version__}")
+print(f"cuda device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+PY
+python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda \
+  --report-dir "$OUT" --fixture-dir "$OUT/regressions"
+gate_rc=$?
+python -m vllm_hotpaths.cli bench --device all --json "$OUT/bench.json" --plot "$OUT/bench.png"
+bench_rc=$?
+echo "gate exit $gate_rc, bench exit $bench_rc"
+exit $(( gate_rc > bench_rc ? gate_rc : bench_rc ))

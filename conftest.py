@@ -1,0 +1,145 @@
+"""Suite-wide configuration: Hypothesis profiles, devices, candidates, fixtures of failures.
+
+- Profiles `dev` (default), `ci` (default when CI=true), `gate`, `soak`: `--hypothesis-profile`.
+- Properties taking `device` run on cpu and on cuda; cuda skips without a GPU unless
+  `--require-cuda`, which makes a missing GPU a failure.
+- Properties taking `candidate` run once per fast implementation of their hot path (marker
+  `hotpath`), or against `--impl hotpath=module:attr` instead.
+- A failing property writes its last (shrunk) case as a regression fixture and names the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, settings
+
+from vllm_hotpaths import fixtures, registry, vllm_env
+
+ROOT = Path(__file__).resolve().parent
+
+if vllm_env.installed_version() is not None and not torch.cuda.is_available():
+    vllm_env.set_cpu_environment()
+
+# Properties share one per-test recorder across examples (it counts them and keeps the last case).
+_common = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                           HealthCheck.data_too_large],
+    report_multiple_bugs=False,
+    print_blob=True,
+)
+settings.register_profile("dev", max_examples=60, **_common)
+settings.register_profile("ci", max_examples=150, derandomize=True, **_common)
+settings.register_profile("gate", max_examples=1500, derandomize=True, **_common)
+settings.register_profile("soak", max_examples=25_000, **_common)
+settings.register_profile("replay", max_examples=1, phases=[Phase.explicit], **_common)
+settings.load_profile("ci" if os.environ.get("CI", "").lower() in ("1", "true") else "dev")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("vllm-hotpaths")
+    group.addoption("--require-cuda", action="store_true",
+                    help="fail (instead of skip) the cuda cases when no GPU is visible")
+    group.addoption("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR",
+                    help="run the hot path's equivalence properties against this candidate")
+    group.addoption("--fixture-dir", default=None,
+                    help="where failing properties write regression fixtures "
+                         "(default: properties/regressions)")
+
+
+def pytest_configure(config):
+    for line in (
+        "hotpath(name): the hot path a property belongs to",
+        "check(kind): equivalence (candidate vs reference) or conformance (reference vs vLLM)",
+        "needs_cuda: runs only where a CUDA device is visible",
+        "needs_vllm: runs only where vLLM is installed",
+    ):
+        config.addinivalue_line("markers", line)
+    for assignment in config.getoption("impl"):
+        try:
+            registry.override_implementation(assignment)
+        except (ValueError, KeyError, ImportError) as err:
+            raise pytest.UsageError(f"--impl {assignment}: {err}") from err
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", [
+            pytest.param("cpu", id="cpu"),
+            pytest.param("cuda", id="cuda", marks=pytest.mark.needs_cuda),
+        ])
+    if "candidate" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("hotpath")
+        if marker is None:
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: 'candidate' needs @hotpath")
+        hotpath = registry.get(marker.args[0])
+        metafunc.parametrize("candidate", [
+            pytest.param(c, id=c[0]) for c in hotpath.candidates()
+        ])
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("needs_cuda") and not torch.cuda.is_available():
+        if item.config.getoption("require_cuda"):
+            pytest.fail("--require-cuda: no CUDA device is visible to torch", pytrace=False)
+        pytest.skip("no CUDA device")
+    if item.get_closest_marker("needs_vllm") and vllm_env.installed_version() is None:
+        pytest.skip("vLLM is not installed")
+
+
+class CaseLog:
+    """Per-test record of the examples a property ran, the last case, and excused divergences."""
+
+    def __init__(self) -> None:
+        self.examples = 0
+        self.last = None
+        self.excused: set[str] = set()
+        self.implementation = ""
+
+    def record(self, case) -> None:
+        self.examples += 1
+        self.last = case
+
+    def excuse(self, entry) -> None:
+        self.excused.add(entry.link)
+
+
+@pytest.fixture
+def case_log():
+    return CaseLog()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call" and report.passed:
+        return
+    log = item.funcargs.get("case_log") if hasattr(item, "funcargs") else None
+    hotpath = item.get_closest_marker("hotpath")
+    check = item.get_closest_marker("check")
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec else {}
+    if hotpath is not None and check is not None:
+        candidate = params.get("candidate")
+        report.user_properties += [
+            ("hotpath", hotpath.args[0]),
+            ("check", check.args[0]),
+            ("device", params.get("device", "cpu")),
+            ("implementation", candidate[0] if candidate else (log.implementation if log else "")),
+            ("examples", log.examples if log else 0),
+            ("excused", sorted(log.excused) if log else []),
+        ]
+    if report.failed and log is not None and log.last is not None and hotpath is not None:
+        directory = Path(item.config.getoption("fixture_dir") or fixtures.REGRESSIONS)
+        path = fixtures.save(directory, hotpath.args[0], log.last, source=item.nodeid)
+        report.user_properties.append(("fixture", str(path)))
+        message = f"shrunk case saved as regression fixture: {path}"
+        if hasattr(report.longrepr, "addsection"):
+            report.longrepr.addsection("regression fixture", message)
+        else:
+            report.longrepr = f"{report.longrepr}\n{message}"

@@ -1,0 +1,132 @@
+"""Deliberately wrong penalties candidates: each must be caught by the `ci` profile.
+
+Run one with `pytest properties/test_penalties.py --impl penalties=properties.quality.penalties:NAME`;
+`tests/test_quality.py` runs them all and requires a failure with a written fixture.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vllm_hotpaths.penalties.fast import IncrementalPenalties
+from vllm_hotpaths.penalties.reference import ReferencePenalties, apply_penalties_, check_logits
+
+
+class PadWithZero(ReferencePenalties):
+    """Pads rows (and maps -1) with token 0 instead of the vocab size."""
+
+    def output_tokens(self, rows):
+        tokens = super().output_tokens(rows)
+        return tokens.masked_fill_(tokens == self.vocab_size, 0)
+
+
+class RemapTrailingPlaceholdersOnly(ReferencePenalties):
+    """Maps only the trailing -1 run to the pad (an interior placeholder stays -1)."""
+
+    def output_tokens(self, rows):
+        width = max(map(len, rows), default=0)
+        out = np.full((len(rows), width), self.vocab_size, dtype=np.int64)
+        for i, row in enumerate(rows):
+            end = len(row)
+            while end and row[end - 1] == -1:
+                end -= 1
+            out[i, :end] = row[:end]
+        return torch.from_numpy(out).to(self.device)
+
+
+class _StorageBuilder(ReferencePenalties):
+    """Copies `token_ids_cpu[i, P_i : P_i + len_i]` for rows that are the live batch lists."""
+
+    offset = 0
+
+    def __init__(self, vocab_size, device="cpu", batch=None):
+        super().__init__(vocab_size, device, batch)
+        self.batch = batch
+
+    def output_tokens(self, rows):
+        b = self.batch
+        live = b.req_output_token_ids
+        if b is None or len(rows) > len(live) or any(r is not l for r, l in zip(rows, live)):
+            return super().output_tokens(rows)
+        width = max(map(len, rows), default=0)
+        out = np.full((len(rows), width), self.vocab_size, dtype=np.int64)
+        for i, row in enumerate(rows):
+            start = int(b.num_prompt_tokens[i]) + self.offset
+            chunk = b.token_ids_cpu[i, max(start, 0) : max(start, 0) + len(row)]
+            out[i, : len(chunk)] = chunk
+        out[out == -1] = self.vocab_size
+        return torch.from_numpy(out).to(self.device)
+
+
+class StaleStorage(_StorageBuilder):
+    """The published storage design without write-back: async placeholders stay -1 in storage."""
+
+
+class PromptOffByOne(_StorageBuilder):
+    """Reads the output one column early (starts at the last prompt token)."""
+
+    offset = -1
+
+
+class AppendOnlyCache(ReferencePenalties):
+    """Caches each row and only appends what lies past the cached length: blind to repairs,
+    shrinks and row moves (the natural first incremental design)."""
+
+    def __init__(self, vocab_size, device="cpu", batch=None):
+        super().__init__(vocab_size, device, batch)
+        self.cache: list[list[int]] = []
+
+    def output_tokens(self, rows):
+        while len(self.cache) < len(rows):
+            self.cache.append([])
+        for i, row in enumerate(rows):
+            self.cache[i] = (self.cache[i] + list(row[len(self.cache[i]):]))[: max(len(row), len(self.cache[i]))]
+        view = [c[: len(r)] for c, r in zip(self.cache, rows)]
+        return super().output_tokens(view)
+
+
+class IgnoresRowMoves(IncrementalPenalties):
+    """The incremental builder without move detection: a moved list keeps the other row's staging."""
+
+    def output_tokens(self, rows):
+        for r, lst in enumerate(rows):
+            if r < len(self._owner) and self._owner[r] is not None and lst is not self._owner[r]:
+                s = self._home.get(id(lst))
+                if s is not None and self._owner[s] is lst:
+                    self._owner[r] = lst
+                    self._home[id(lst)] = r
+        return super().output_tokens(rows)
+
+
+class DividesOnCpu(ReferencePenalties):
+    """Repetition as `x / p` on every device (the CUDA op's arithmetic in the CPU fallback)."""
+
+    def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
+        check_logits(logits, self.vocab_size)
+        tokens = self.output_tokens(rows)
+        from vllm_hotpaths.penalties.reference import token_bins
+
+        _, prompt_mask = token_bins(prompt_tokens, self.vocab_size, logits.shape[0])
+        counts, mask = token_bins(tokens, self.vocab_size, logits.shape[0])
+        p = repetition.unsqueeze(1)
+        logits.copy_(torch.where(prompt_mask | mask, torch.where(logits > 0, logits / p, logits * p), logits))
+        logits -= frequency.unsqueeze(1) * counts
+        logits -= presence.unsqueeze(1) * mask
+        return logits
+
+
+class PresenceBeforeFrequency(ReferencePenalties):
+    """Subtracts presence before frequency (the sum is the same; the rounding is not)."""
+
+    def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
+        zero = torch.zeros_like(frequency)
+        apply_penalties_(logits, prompt_tokens, self.output_tokens(rows), presence, zero, repetition)
+        ones = torch.ones_like(repetition)
+        return apply_penalties_(logits, prompt_tokens, self.output_tokens(rows), zero, frequency, ones)
+
+
+MUTANTS = [
+    "PadWithZero", "RemapTrailingPlaceholdersOnly", "StaleStorage", "PromptOffByOne",
+    "AppendOnlyCache", "IgnoresRowMoves", "DividesOnCpu", "PresenceBeforeFrequency",
+]

@@ -1,0 +1,128 @@
+"""Penalties properties: candidate == frozen reference, and reference == installed vLLM.
+
+At every sampler step of a generated program, the padded output-token tensor must be equal
+(shape, dtype int64, values) and the penalized logits equal bit for bit, on the same device.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from strategies.penalties import PenaltiesProgram, PenaltiesRun, note, penalties_programs
+from vllm_hotpaths import fixtures, registry, vllm_env
+from vllm_hotpaths.bits import assert_same_bits
+from vllm_hotpaths.ledger import check_conformance
+from vllm_hotpaths.penalties.reference import InvalidTokenId
+
+HOTPATH = registry.get("penalties")
+pytestmark = pytest.mark.hotpath("penalties")
+replayed = fixtures.replayed("penalties", PenaltiesProgram, "program")
+
+
+def assert_same_step(actual_impl, expected_impl, step, device, label: str) -> None:
+    expected_tokens = expected_impl.output_tokens(step.rows)
+    actual_tokens = actual_impl.output_tokens(step.rows)
+    assert_same_bits(actual_tokens, expected_tokens, f"{label}: output token tensor")
+    expected_logits = expected_impl.apply_all_penalties(*step.on(device))
+    actual_logits = actual_impl.apply_all_penalties(*step.on(device))
+    assert_same_bits(actual_logits, expected_logits, f"{label}: penalized logits")
+
+
+@pytest.mark.check("equivalence")
+@replayed
+@given(program=penalties_programs())
+def test_candidate_matches_reference(program, candidate, device, case_log):
+    case_log.record(program)
+    name, factory, version = candidate
+    run = PenaltiesRun(program)
+    reference = HOTPATH.reference(version)(program.vocab_size, device, run.batch)
+    fast = factory(program.vocab_size, device, run.batch)
+    for i, step in enumerate(run.steps()):
+        assert_same_step(fast, reference, step, device, f"step {i} ({name} vs reference {version})")
+
+
+@pytest.mark.check("equivalence")
+@fixtures.replayed("penalties", PenaltiesProgram, "program", where=(0, 0), bad="below")
+@given(program=penalties_programs(), where=st.tuples(st.integers(0, 7), st.integers(0, 40)),
+       bad=st.sampled_from(["below", "above", "float"]))
+def test_invalid_ids_raise_the_same_error(program, where, bad, candidate, device, case_log):
+    """An id below -1 or above V raises InvalidTokenId, naming the same place, on both sides;
+    after the error the candidate still agrees with the reference once the id is fixed."""
+    case_log.record(program)
+    name, factory, version = candidate
+    run = PenaltiesRun(program)
+    reference = HOTPATH.reference(version)(program.vocab_size, device, run.batch)
+    fast = factory(program.vocab_size, device, run.batch)
+    step = None
+    for step in run.steps():
+        assert_same_step(fast, reference, step, device, f"{name} before the bad id")
+    rows = [r for r in step.rows if len(r)] if step else []
+    if not rows:
+        return
+    row = rows[where[0] % len(rows)]
+    pos = where[1] % len(row)
+    good = row[pos]
+    row[pos] = {"below": -2, "above": program.vocab_size + 1, "float": 1.5}[bad]
+    note(f"invalid id: {bad}")
+    errors = []
+    for impl in (reference, fast):
+        with pytest.raises(InvalidTokenId) as caught:
+            impl.output_tokens(step.rows)
+        errors.append(str(caught.value))
+    assert errors[1] == errors[0]
+    row[pos] = good
+    assert_same_step(fast, reference, step, device, f"{name} after the bad id was fixed")
+
+
+def installed_vllm_version() -> str:
+    return vllm_env.installed_version()
+
+
+@pytest.mark.check("conformance")
+@pytest.mark.needs_vllm
+@replayed
+@given(program=penalties_programs())
+def test_reference_matches_installed_vllm(program, case_log):
+    """Frozen reference == the installed vLLM's `apply_all_penalties` (CPU), via the ledger."""
+    case_log.record(program)
+    version = installed_vllm_version()
+    case_log.implementation = f"reference@{HOTPATH.reference_version_for(version)}"
+    run = PenaltiesRun(program)
+    reference = HOTPATH.reference(version)(program.vocab_size, "cpu", run.batch)
+    live = registry.resolve(HOTPATH.live)(program.vocab_size, "cpu", run.batch)
+
+    def compare():
+        for i, step in enumerate(run.steps()):
+            assert_same_step(reference, live, step, "cpu", f"step {i} (reference vs vLLM {version})")
+
+    entry = check_conformance("penalties", version, program, compare)
+    if entry is not None:
+        case_log.excuse(entry)
+
+
+@pytest.mark.check("conformance")
+@pytest.mark.needs_vllm
+@given(rows=st.lists(st.lists(st.integers(-1, 8), max_size=5), min_size=1, max_size=4),
+       where=st.tuples(st.integers(0, 3), st.integers(0, 4)),
+       bad=st.sampled_from([-2, -(2**40), 10, 2**40]))
+def test_vllm_rejects_what_the_reference_rejects(rows, where, bad, case_log):
+    """Ids outside [-1, V] are an error upstream too (deep in scatter_add_), never a tensor."""
+    case_log.record((rows, where, bad))
+    case_log.implementation = f"reference@{HOTPATH.reference_version_for(installed_vllm_version())}"
+    vocab = 9
+    rows = [list(r) for r in rows]
+    target = rows[where[0] % len(rows)]
+    target.insert(where[1] % (len(target) + 1), bad)
+    reference = HOTPATH.reference(installed_vllm_version())(vocab, "cpu")
+    live = registry.resolve(HOTPATH.live)(vocab, "cpu")
+    import torch
+
+    logits = torch.zeros((len(rows), vocab))
+    prompt = torch.full((len(rows), 0), vocab, dtype=torch.int64)
+    ones = torch.ones(len(rows))
+    with pytest.raises(InvalidTokenId):
+        reference.apply_all_penalties(logits.clone(), prompt, ones, ones, ones, rows)
+    with pytest.raises((RuntimeError, IndexError, OverflowError, ValueError)):
+        live.apply_all_penalties(logits.clone(), prompt, ones, ones, ones, rows)

@@ -1,0 +1,84 @@
+"""Command line: `vllm-hotpaths gate` and `vllm-hotpaths bench`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from vllm_hotpaths import registry
+
+
+def _gate(args) -> int:
+    from vllm_hotpaths import gate
+
+    return gate.run(args.profile, args.require_cuda, args.require_vllm, args.impl, args.workers,
+                    Path(args.report_dir), args.fixture_dir)
+
+
+def _bench(args) -> int:
+    import torch
+
+    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
+    if "cuda" in devices and not torch.cuda.is_available():
+        if args.device == "cuda":
+            print("bench: no CUDA device is visible", file=sys.stderr)
+            return 2
+        devices.remove("cuda")
+    names = args.hotpath or [n for n, hp in registry.HOTPATHS.items() if hp.bench]
+    records = []
+    for name in names:
+        hotpath = registry.get(name)
+        if not hotpath.bench:
+            print(f"bench: hot path {name!r} has no benchmark", file=sys.stderr)
+            return 2
+        for device in devices:
+            records += registry.resolve(hotpath.bench)(device=device, quick=args.quick)
+    gpu = torch.cuda.get_device_name() if "cuda" in devices else None
+    print(f"{'hot path':10} {'device':6} {'size':28} {'reference':>12} {'fast':>12} {'ratio':>9}  case")
+    for r in records:
+        size = " ".join(f"{k}={v}" for k, v in r["size"].items())
+        print(f"{r['hotpath']:10} {r['device']:6} {size:28} {r['reference_s'] * 1e3:10.3f}ms "
+              f"{r['fast_s'] * 1e3:10.3f}ms {r['ratio']:8.1f}x  {r['case']}")
+    if gpu:
+        print(f"cuda device: {gpu}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
+    if args.plot:
+        from vllm_hotpaths.plot import plot_bench
+
+        try:
+            plot_bench(records, Path(args.plot))
+            print(f"plot: {args.plot}")
+        except ImportError:
+            print("plot skipped: matplotlib is not installed (pip install vllm-hotpaths[bench])")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vllm-hotpaths")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gate = sub.add_parser("gate", help="run every hot path's properties and conformance checks")
+    gate.add_argument("--profile", default="gate", choices=["dev", "ci", "gate", "soak"])
+    gate.add_argument("--require-cuda", action="store_true", help="a missing GPU is a failure")
+    gate.add_argument("--require-vllm", action="store_true", help="a missing vLLM is a failure")
+    gate.add_argument("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR")
+    gate.add_argument("-n", "--workers", default=None, help="pytest-xdist workers (e.g. auto)")
+    gate.add_argument("--report-dir", default=".", help="where gate-report.json/.md are written")
+    gate.add_argument("--fixture-dir", default=None,
+                      help="where failures write fixtures (default: properties/regressions)")
+    gate.set_defaults(func=_gate)
+    bench = sub.add_parser("bench", help="time reference vs fast, side by side")
+    bench.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS))
+    bench.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
+    bench.add_argument("--quick", action="store_true", help="fewer sizes and steps")
+    bench.add_argument("--json", help="write the records as JSON")
+    bench.add_argument("--plot", help="write a PNG of cost against size")
+    bench.set_defaults(func=_bench)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Regression fixtures: shrunk counterexamples kept as readable JSON and replayed forever.
+
+A fixture file holds one case (the plain-data input a property draws) under
+`properties/regressions/<hotpath>/`, named by its case type and a hash of its content, plus where
+it came from (a failing property, or an upstream bug's link). Every property of the hot path that
+takes that case type replays every fixture as an explicit Hypothesis example, on every device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout (the suite runs from a checkout)
+REGRESSIONS = REPO / "properties" / "regressions"
+
+
+def to_jsonable(case: Any) -> dict:
+    return json.loads(json.dumps(dataclasses.asdict(case)))  # tuples become lists
+
+
+def _tuples(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def from_jsonable(case_type: Callable[..., T], data: dict) -> T:
+    return case_type(**{key: _tuples(value) for key, value in data.items()})
+
+
+def _encode(record: dict, indent: str = "") -> str:
+    """JSON with one line per field and per list item; inner values stay on their line."""
+    inner = indent + " "
+    if isinstance(record, dict) and any(isinstance(v, (dict, list)) for v in record.values()):
+        fields = [f"{inner}{json.dumps(k)}: {_encode(v, inner)}" for k, v in record.items()]
+        return "{\n" + ",\n".join(fields) + "\n" + indent + "}"
+    if isinstance(record, list) and record and all(isinstance(v, list) for v in record):
+        items = [inner + json.dumps(v) for v in record]
+        return "[\n" + ",\n".join(items) + "\n" + indent + "]"
+    return json.dumps(record)
+
+
+def save(directory: Path, hotpath: str, case: Any, source: str, link: str | None = None) -> Path:
+    """Write `case` as a fixture (idempotent: same content, same file); returns its path."""
+    payload = {"case_type": type(case).__name__, "case": to_jsonable(case)}
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    path = Path(directory) / hotpath / f"{type(case).__name__}-{digest}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"hotpath": hotpath, "source": source, "link": link, **payload}
+        path.write_text(_encode(record) + "\n")
+    return path
+
+
+def load(directory: Path, hotpath: str, case_type: type[T]) -> list[tuple[Path, T]]:
+    """Every fixture of `hotpath` holding a `case_type`, sorted by file name (stable for xdist)."""
+    found = []
+    for path in sorted((Path(directory) / hotpath).glob(f"{case_type.__name__}-*.json")):
+        record = json.loads(path.read_text())
+        found.append((path, from_jsonable(case_type, record["case"])))
+    return found
+
+
+def replayed(hotpath: str, case_type: type, argname: str, directory: Path = REGRESSIONS, **other):
+    """Decorator: add every committed fixture of this hot path as an explicit example
+    (`other`: fixed values for the property's remaining arguments)."""
+
+    from hypothesis import example
+
+    def decorate(test):
+        for _, case in reversed(load(directory, hotpath, case_type)):
+            test = example(**{argname: case}, **other)(test)
+        return test
+
+    return decorate

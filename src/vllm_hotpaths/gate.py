@@ -1,0 +1,135 @@
+"""`vllm-hotpaths gate`: run every hot path's properties and report what still holds.
+
+The gate runs the property suite in-process with pytest (optionally spread with xdist), watches
+each property's report (hot path, check, device, implementation, examples, fixture), prints a
+row per property while it runs and a table per hot path x check x device at the end, and writes
+`gate-report.json` / `gate-report.md`. It fails on any failing property and on a missing
+required device or vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from vllm_hotpaths import fixtures, vllm_env
+
+STATUSES = ("pass", "fail", "skip", "expected-divergence")
+
+
+@dataclass
+class Row:
+    hotpath: str
+    check: str
+    device: str
+    implementation: str
+    outcomes: list[str] = field(default_factory=list)
+    examples: int = 0
+    excused: set[str] = field(default_factory=set)
+    fixture: str | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if "failed" in self.outcomes:
+            return "fail"
+        if all(o == "skipped" for o in self.outcomes):
+            return "skip"
+        return "expected-divergence" if self.excused else "pass"
+
+    def as_json(self) -> dict:
+        return {"hotpath": self.hotpath, "check": self.check, "device": self.device,
+                "implementation": self.implementation, "status": self.status,
+                "examples": self.examples, "fixture": self.fixture}
+
+
+class GatePlugin:
+    """Collects property reports (works with xdist: reports carry user_properties)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple, Row] = {}
+        self.terminal = None
+
+    def pytest_configure(self, config):
+        self.terminal = config.pluginmanager.get_plugin("terminalreporter")
+
+    def _say(self, line: str) -> None:
+        if self.terminal is not None:
+            self.terminal.ensure_newline()
+            self.terminal.write_line(line, flush=True)
+        else:
+            print(line, flush=True)
+
+    def pytest_runtest_logreport(self, report):
+        props = dict(report.user_properties)
+        if "hotpath" not in props or (report.when != "call" and report.outcome == "passed"):
+            return
+        key = (props["hotpath"], props["check"], props["device"], props["implementation"])
+        row = self.rows.setdefault(key, Row(*key))
+        row.outcomes.append(report.outcome)
+        row.examples += int(props.get("examples", 0))
+        row.excused.update(props.get("excused", []))
+        if props.get("fixture") and row.fixture is None:
+            row.fixture = props["fixture"]
+        if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
+            row.reasons.append(report.longrepr[2])
+        name = report.nodeid.split("::")[-1]
+        self._say(f"  {report.outcome:8} {props['hotpath']:14} {props['check']:12} "
+                  f"{props['device']:5} {props['examples']:>6} examples  {name}")
+
+
+def table(rows: list[Row]) -> str:
+    header = ("hot path", "check", "device", "implementation", "status", "examples", "fixture")
+    lines = [header] + [
+        (r.hotpath, r.check, r.device, r.implementation, r.status, str(r.examples), r.fixture or "")
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    fmt = lambda line: "| " + " | ".join(c.ljust(w) for c, w in zip(line, widths)) + " |"  # noqa: E731
+    return "\n".join([fmt(lines[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+                     + [fmt(line) for line in lines[1:]])
+
+
+def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], workers: str | None,
+        report_dir: Path, fixture_dir: str | None = None, root: Path = fixtures.REPO) -> int:
+    version = vllm_env.installed_version()
+    print(f"vllm-hotpaths gate: profile {profile}, vLLM {version or 'not installed'}", flush=True)
+    if require_vllm and version is None:
+        print("gate: vLLM is not installed, so conformance cannot be checked (--require-vllm)")
+        return 2
+    args = [str(root / "properties"), "-q", "-p", "no:cacheprovider", "-m", "check",
+            "--hypothesis-profile", profile, f"--rootdir={root}", "--no-header", "-rfE"]
+    if require_cuda:
+        args.append("--require-cuda")
+    for impl in impls:
+        args += ["--impl", impl]
+    if workers:
+        args += ["-n", workers]
+    if fixture_dir:
+        args += ["--fixture-dir", fixture_dir]
+    plugin = GatePlugin()
+    code = pytest.main(args, plugins=[plugin])
+    rows = sorted(plugin.rows.values(), key=lambda r: (r.hotpath, r.check, r.device, r.implementation))
+    if not rows:
+        print("gate: no property ran")
+        return 2
+    report = {"vllm_version": version, "profile": profile, "results": [r.as_json() for r in rows]}
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "gate-report.json").write_text(json.dumps(report, indent=1) + "\n")
+    rendered = table(rows)
+    notes = [f"- {r.hotpath} {r.check} {r.device}: skipped ({'; '.join(sorted(set(r.reasons)))})"
+             for r in rows if r.status == "skip"]
+    excused = sorted({link for r in rows for link in r.excused})
+    md = [f"# vllm-hotpaths gate", "", f"vLLM: {version or 'not installed'}; profile: {profile}", "",
+          rendered, ""] + notes + ([""] + [f"- expected divergence: {x}" for x in excused] if excused else [])
+    (report_dir / "gate-report.md").write_text("\n".join(md) + "\n")
+    print("\n" + rendered)
+    for line in notes:
+        print(line)
+    print(f"\nreports: {report_dir / 'gate-report.json'}, {report_dir / 'gate-report.md'}")
+    failed = any(r.status == "fail" for r in rows)
+    return 1 if failed or code not in (0, 5) else 0

@@ -1,0 +1,168 @@
+"""Penalties with a persistent output-token staging tensor updated with new tokens only.
+
+Upstream rebuilds the padded `[B, max_len]` int64 tensor from Python lists every step: O(B * L)
+work per step, L the longest output. Here each batch row has a persistent staging row on the
+target device that mirrors its output list (`-1` stored as the pad V, V beyond the list's end).
+Lists that are `TrackedTokenList`s report the lowest index changed since the last step, so a step
+writes only the changed tail: one appended token per row in steady decoding, a replaced run after
+an async placeholder repair, pads after a trim. The result is a view of the staging rows, so the
+per-step host cost depends on B and on the tokens that changed, not on L.
+
+Row identity decides what the staging row can vouch for:
+- the same tracked list as last step -> update from its change mark;
+- a tracked list that last step sat in another staging row (swap, condense) -> copy that staging
+  row over, then update from the change mark;
+- anything else (a plain list, a list combined with spec drafts, a list seen twice) -> that row is
+  rebuilt from the list, exactly as the reference does.
+The penalty arithmetic itself is upstream's (shared with the reference).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from vllm_hotpaths.penalties.reference import InvalidTokenId, apply_penalties_, check_logits, first_invalid
+from vllm_hotpaths.tracked_list import TrackedTokenList
+
+_WATCHER_KEYS = itertools.count(1)
+
+
+class IncrementalPenalties:
+    def __init__(self, vocab_size: int, device: torch.device | str = "cpu", batch=None) -> None:
+        self.vocab_size = vocab_size
+        self.device = torch.device(device)
+        rows = max(1, int(getattr(batch, "max_num_reqs", 0) or 8))
+        cols = max(1, int(getattr(batch, "max_model_len", 0) or 64))
+        self._staging = torch.full((rows, cols), vocab_size, dtype=torch.int64, device=self.device)
+        self._owner: list[TrackedTokenList | None] = [None] * rows  # list mirrored by each row
+        self._synced: list[int] = [0] * rows  # leading columns holding list content; V after
+        self._home: dict[int, int] = {}  # id(owned list) -> its staging row
+        self._key = next(_WATCHER_KEYS)
+
+    # -- capacity ---------------------------------------------------------------------------
+    def _grow(self, rows: int, cols: int) -> None:
+        old_rows, old_cols = self._staging.shape
+        rows, cols = max(rows, old_rows), max(cols, old_cols)
+        if (rows, cols) == (old_rows, old_cols):
+            return
+        rows = max(rows, 2 * old_rows) if rows > old_rows else rows
+        cols = max(cols, 2 * old_cols) if cols > old_cols else cols
+        grown = torch.full((rows, cols), self.vocab_size, dtype=torch.int64, device=self.device)
+        grown[:old_rows, :old_cols] = self._staging
+        self._staging = grown
+        self._owner += [None] * (rows - old_rows)
+        self._synced += [0] * (rows - old_rows)
+
+    # -- the builder ------------------------------------------------------------------------
+    def output_tokens(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        num_rows = len(rows)
+        self._grow(num_rows, 1)
+        pad, key = self.vocab_size, self._key
+        owner, synced, home = self._owner, self._synced, self._home
+        vals: list = []  # new values, their rows and columns, in (row, column) order
+        val_rows: list[int] = []
+        val_cols: list[int] = []
+        move_src: list[int] = []
+        move_dst: list[int] = []
+        claims: list[tuple[int, object]] = []  # (row, list or None) ownership changes
+        claimed: set[int] = set()  # ids of lists claimed by some row in this call
+        lengths = [0] * num_rows
+        max_len = 0
+
+        for r in range(num_rows):
+            lst = rows[r]
+            n = len(lst)
+            lengths[r] = n
+            if n > max_len:
+                max_len = n
+            if lst is owner[r]:
+                start, old = lst._marks.get(key, 0), synced[r]
+            else:
+                s = home.get(id(lst)) if type(lst) is TrackedTokenList else None
+                movable = (
+                    s is not None
+                    and owner[s] is lst
+                    and not (s < num_rows and rows[s] is lst)  # also in its own row: a duplicate
+                    and id(lst) not in claimed
+                )
+                if movable:
+                    move_src.append(s)
+                    move_dst.append(r)
+                    start, old = lst._marks.get(key, 0), synced[s]
+                    claims.append((r, lst))
+                    claimed.add(id(lst))
+                else:
+                    start, old = 0, synced[r]
+                    trackable = type(lst) is TrackedTokenList and s is None and id(lst) not in claimed
+                    claims.append((r, lst if trackable else None))
+                    if trackable:
+                        claimed.add(id(lst))
+            if start < n:
+                if n - start == 1:
+                    vals.append(lst[start])
+                    val_rows.append(r)
+                    val_cols.append(start)
+                else:
+                    vals += lst[start:n]
+                    val_rows += [r] * (n - start)
+                    val_cols += range(start, n)
+            if n < old:
+                vals += [pad] * (old - n)
+                val_rows += [r] * (old - n)
+                val_cols += range(n, old)
+
+        values = self._checked_values(vals, val_rows, val_cols)
+        self._grow(num_rows, max_len)
+        staging = self._staging
+        if move_src:
+            staging[move_dst] = staging[move_src]  # gathers first: safe for swaps
+        if values is not None:
+            if self.device.type == "cpu":
+                staging.numpy()[val_rows, val_cols] = values
+            else:
+                packed = torch.from_numpy(np.array([val_rows, val_cols, values], dtype=np.int64))
+                packed = packed.to(self.device, non_blocking=True)
+                staging.index_put_((packed[0], packed[1]), packed[2])
+        self._commit(rows, lengths, move_src, claims)
+        return staging[:num_rows, :max_len]
+
+    def _checked_values(self, vals: list, val_rows: list[int], val_cols: list[int]) -> np.ndarray | None:
+        """New values as int64 with -1 mapped to the pad; raises like the reference on bad ids."""
+        if not vals:
+            return None
+        invalid = first_invalid(vals, self.vocab_size)
+        if invalid is not None:
+            j, value = invalid
+            raise InvalidTokenId(val_rows[j], val_cols[j], value, self.vocab_size)
+        values = np.asarray(vals, dtype=np.int64)
+        values[values == -1] = self.vocab_size
+        return values
+
+    def _commit(self, rows, lengths: list[int], move_src: list[int], claims) -> None:
+        owner, home, key = self._owner, self._home, self._key
+        for s in move_src:  # a moved list leaves its old row
+            if home.get(id(owner[s])) == s:
+                del home[id(owner[s])]
+            owner[s] = None
+        for r, lst in claims:
+            previous = owner[r]
+            if previous is not None and home.get(id(previous)) == r:
+                del home[id(previous)]
+            owner[r] = lst
+            if lst is not None:
+                home[id(lst)] = r
+        self._synced[: len(lengths)] = lengths
+        for r, n in enumerate(lengths):
+            lst = rows[r]
+            if lst is owner[r]:
+                lst._marks[key] = n
+
+    # -- the hot path -----------------------------------------------------------------------
+    def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
+        check_logits(logits, self.vocab_size)
+        tokens = self.output_tokens(rows)
+        return apply_penalties_(logits, prompt_tokens, tokens, presence, frequency, repetition)

@@ -1,0 +1,134 @@
+"""Frozen semantics of vLLM 0.22.0's penalties path (v1 `Sampler` -> `apply_all_penalties`).
+
+Upstream, every sampling step turns the per-request output lists into a padded int64 tensor
+(`[len(rows), max(len(row))]`, pad = vocab size, every `-1` async placeholder mapped to the pad),
+counts tokens per vocabulary bin with `scatter_add_` over `V + 1` bins (the pad bin is dropped),
+then penalizes fp32 logits in place: repetition (prompt or output occurrence), frequency
+(output count), presence (output occurrence), in that order.
+
+The repetition step has two arithmetics upstream, chosen by the tensor: the CUDA op (taken for
+contiguous CUDA logits) computes `x / p` for `x > 0` and `x * p` otherwise on penalized entries
+only; the torch fallback (CPU, or non-contiguous CUDA logits) multiplies every entry by
+`where(x > 0, 1 / pen, pen)` with `pen = 1` off the mask. They differ bitwise, so each device keeps
+upstream's own choice.
+
+Where upstream fails deep inside `scatter_add_` (ids below -1 or above V), these semantics raise
+`InvalidTokenId` first, naming the row, position and value.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+VLLM_VERSION = "0.22.0"
+
+
+class InvalidTokenId(ValueError):
+    """An output token id outside [-1, vocab_size] (or not an integer)."""
+
+    def __init__(self, row: int, position: int, value: object, vocab_size: int) -> None:
+        super().__init__(
+            f"output token id {value!r} at row {row}, position {position} is outside "
+            f"[-1, {vocab_size}] (vocab size {vocab_size}; -1 is the async placeholder)"
+        )
+        self.row, self.position, self.value = row, position, value
+
+
+def first_invalid(values: Sequence[int], vocab_size: int) -> tuple[int, object] | None:
+    """(index, value) of the first entry of `values` that is not an integer in [-1, vocab_size]."""
+    try:
+        array = np.asarray(values)
+    except (OverflowError, ValueError):
+        array = np.asarray(values, dtype=object)
+    if array.size == 0:
+        return None
+    if array.dtype.kind not in "iu":
+        for j, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not -1 <= v <= vocab_size:
+                return j, v
+        return None
+    bad = (array < -1) | (array > vocab_size)
+    if bad.any():
+        j = int(np.argmax(bad))
+        return j, int(array[j])
+    return None
+
+
+def padded_output_tokens(rows: Sequence[Sequence[int]], vocab_size: int) -> np.ndarray:
+    """Upstream's padded tensor as numpy: `[len(rows), max len]`, pad V, -1 mapped to V."""
+    max_len = max(map(len, rows), default=0)
+    out = np.full((len(rows), max_len), vocab_size, dtype=np.int64)
+    for i, row in enumerate(rows):
+        if len(row):
+            invalid = first_invalid(row, vocab_size)
+            if invalid is not None:
+                raise InvalidTokenId(i, invalid[0], invalid[1], vocab_size)
+            out[i, : len(row)] = row
+    out[out == -1] = vocab_size
+    return out
+
+
+def token_bins(tokens: torch.Tensor, vocab_size: int, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row occurrence counts over the vocabulary (pad bin dropped) and their `> 0` mask."""
+    counts = torch.zeros((num_rows, vocab_size + 1), dtype=torch.int64, device=tokens.device)
+    counts.scatter_add_(1, tokens, torch.ones_like(tokens))
+    counts = counts[:, :vocab_size]
+    return counts, counts > 0
+
+
+def repetition_penalty_(logits: torch.Tensor, repeated: torch.Tensor, penalties: torch.Tensor) -> None:
+    """Upstream's repetition step, with the arithmetic upstream picks for this tensor."""
+    if logits.is_cuda and logits.is_contiguous():
+        # The CUDA op: divide positive penalized logits, multiply the others; unpenalized untouched.
+        p = penalties.unsqueeze(1)
+        penalized = torch.where(logits > 0, logits / p, logits * p)
+        logits.copy_(torch.where(repeated, penalized, logits))
+    else:
+        # The torch fallback: every entry is scaled, by exactly 1.0 where not penalized.
+        per_entry = penalties.unsqueeze(1).repeat(1, logits.size(1))
+        per_entry = torch.where(repeated, per_entry, 1.0)
+        logits *= torch.where(logits > 0, 1.0 / per_entry, per_entry)
+
+
+def apply_penalties_(
+    logits: torch.Tensor,
+    prompt_tokens: torch.Tensor,
+    output_tokens: torch.Tensor,
+    presence: torch.Tensor,
+    frequency: torch.Tensor,
+    repetition: torch.Tensor,
+) -> torch.Tensor:
+    """Penalize `logits` in place given padded prompt and output token tensors; returns logits."""
+    num_rows, vocab_size = logits.shape
+    _, prompt_mask = token_bins(prompt_tokens, vocab_size, num_rows)
+    output_counts, output_mask = token_bins(output_tokens, vocab_size, num_rows)
+    repetition_penalty_(logits, prompt_mask | output_mask, repetition)
+    logits -= frequency.unsqueeze(1) * output_counts
+    logits -= presence.unsqueeze(1) * output_mask
+    return logits
+
+
+def check_logits(logits: torch.Tensor, vocab_size: int) -> None:
+    if logits.dim() != 2 or logits.shape[1] != vocab_size or logits.dtype != torch.float32:
+        raise ValueError(
+            f"logits must be float32 [num_rows, {vocab_size}], got {logits.dtype} {list(logits.shape)}"
+        )
+
+
+class ReferencePenalties:
+    """vLLM 0.22.0 penalties: list-based padded output tokens, then in-place penalties."""
+
+    def __init__(self, vocab_size: int, device: torch.device | str = "cpu", batch=None) -> None:
+        self.vocab_size = vocab_size
+        self.device = torch.device(device)
+
+    def output_tokens(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        return torch.from_numpy(padded_output_tokens(rows, self.vocab_size)).to(self.device)
+
+    def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
+        check_logits(logits, self.vocab_size)
+        tokens = self.output_tokens(rows)
+        return apply_penalties_(logits, prompt_tokens, tokens, presence, frequency, repetition)

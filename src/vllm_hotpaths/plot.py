@@ -1,0 +1,30 @@
+"""PNG plot of benchmark records: cost per step against the size that drives it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+
+def plot_bench(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = defaultdict(list)
+    for r in records:
+        panels[(r["hotpath"], r["device"], r["case"])].append(r)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, ((hotpath, device, case), rows) in zip(axes[0], panels.items()):
+        driver = next(k for k in ("L", "V", "B") if k in rows[0]["size"])
+        xs = [r["size"][driver] for r in rows]
+        ax.loglog(xs, [r["reference_s"] * 1e3 for r in rows], "o-", label="baseline")
+        ax.loglog(xs, [r["fast_s"] * 1e3 for r in rows], "s-", label="fast")
+        ax.set_xlabel(driver)
+        ax.set_ylabel("ms per step (median)")
+        ax.set_title(f"{hotpath} [{device}]\n{case}", fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

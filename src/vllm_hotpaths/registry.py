@@ -1,0 +1,126 @@
+"""The one place that knows which implementations exist for each hot path.
+
+Properties, the gate, the benchmarks and the plugin ask this module; nothing else imports an
+implementation directly. Implementations are named by `"module:attr"` strings and imported on
+first use, so listing the registry imports neither torch kernels nor vLLM.
+
+Every implementation of a hot path is a factory with one signature, `factory(vocab_size, device,
+batch=None)`, returning an object with the hot path's methods (see `Contract`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a candidate must provide; documented in the README and checked by the properties."""
+
+    methods: tuple[str, ...]
+    doc: str
+
+
+@dataclass(frozen=True)
+class HotPath:
+    name: str
+    upstream: str
+    contract: Contract
+    references: dict[str, str]  # vLLM version -> "module:attr"
+    fast: dict[str, tuple[str, str]]  # fast name -> ("module:attr", vLLM version it must match)
+    live: str  # adapter over the installed vLLM's own function
+    bench: str | None = None  # "module:attr" of the benchmark function
+
+    def reference_version_for(self, vllm_version: str | None) -> str:
+        """The newest frozen reference not newer than `vllm_version` (the newest if None)."""
+        versions = sorted(self.references, key=version_key)
+        if vllm_version is None:
+            return versions[-1]
+        eligible = [v for v in versions if version_key(v) <= version_key(vllm_version)]
+        if not eligible:
+            raise LookupError(
+                f"hot path {self.name!r} has no reference for vLLM {vllm_version} "
+                f"(references: {', '.join(versions)})"
+            )
+        return eligible[-1]
+
+    def reference(self, vllm_version: str | None = None) -> Callable:
+        return resolve(self.references[self.reference_version_for(vllm_version)])
+
+    def candidates(self) -> list[tuple[str, Callable, str]]:
+        """(name, factory, reference version) for every implementation under test."""
+        if self.name in _impl_overrides:
+            spec = _impl_overrides[self.name]
+            return [(spec, resolve(spec), self.reference_version_for(None))]
+        return [(name, resolve(spec), version) for name, (spec, version) in self.fast.items()]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def resolve(spec: str) -> Callable:
+    """Import `"module:attr"` (attr may be dotted)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"implementation must be given as module:attr, got {spec!r}")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"{module_name!r} has no attribute {attr!r} (from {spec!r})") from None
+    return obj
+
+
+PENALTIES_CONTRACT = Contract(
+    methods=("output_tokens", "apply_all_penalties"),
+    doc=(
+        "factory(vocab_size: int, device, batch=None) -> object with\n"
+        "  output_tokens(rows: list[list[int]]) -> int64 tensor [len(rows), max len] on device,\n"
+        "      pad = vocab_size, every -1 mapped to the pad; raises InvalidTokenId (a ValueError)\n"
+        "      for ids outside [-1, vocab_size]\n"
+        "  apply_all_penalties(logits, prompt_tokens, presence, frequency, repetition, rows)\n"
+        "      -> logits penalized in place (float32 [B, vocab_size])\n"
+        "batch: the InputBatch-like state (token_ids_cpu, num_prompt_tokens, num_tokens_no_spec,\n"
+        "       req_output_token_ids, max_num_reqs, max_model_len); may be None."
+    ),
+)
+
+HOTPATHS: dict[str, HotPath] = {
+    "penalties": HotPath(
+        name="penalties",
+        upstream="vllm.v1.sample.ops.penalties.apply_all_penalties",
+        contract=PENALTIES_CONTRACT,
+        references={"0.22.0": "vllm_hotpaths.penalties.reference:ReferencePenalties"},
+        fast={"incremental": ("vllm_hotpaths.penalties.fast:IncrementalPenalties", "0.22.0")},
+        live="vllm_hotpaths.penalties.live:LivePenalties",
+        bench="vllm_hotpaths.penalties.bench:run",
+    ),
+}
+
+# Set by `--impl name=module:attr`: the candidate replaces the hot path's fast implementations.
+_impl_overrides: dict[str, str] = {}
+
+
+def get(name: str) -> HotPath:
+    try:
+        return HOTPATHS[name]
+    except KeyError:
+        raise KeyError(f"unknown hot path {name!r}; known: {', '.join(sorted(HOTPATHS))}") from None
+
+
+def override_implementation(assignment: str) -> None:
+    """Apply one `--impl hotpath=module:attr` option."""
+    name, sep, spec = assignment.partition("=")
+    if not sep:
+        raise ValueError(f"--impl takes hotpath=module:attr, got {assignment!r}")
+    get(name)
+    resolve(spec)  # fail early, with the import error, not in the middle of a property
+    _impl_overrides[name] = spec

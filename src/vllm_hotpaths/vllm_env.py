@@ -1,0 +1,59 @@
+"""Finding the installed vLLM and making its sampler modules run on a CPU-only machine.
+
+vLLM's hot-path modules import and run on CPU torch, with three adjustments made here once,
+after `import vllm` and only when no GPU is visible: vLLM's own `CpuPlatform` becomes the current
+platform (the unspecified fallback asks for pinned memory), and pinned memory is switched off
+where vLLM reads it from a module constant instead of the platform.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+from types import ModuleType
+
+_adjusted = False
+
+
+def installed_version() -> str | None:
+    """The installed vLLM's version, or None when vLLM is not installed."""
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def set_cpu_environment() -> None:
+    """Variables vLLM and Triton read at import time; call before either is imported."""
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of the CPU sampler
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+def _adjust_for_cpu() -> None:
+    global _adjusted
+    if _adjusted:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        import vllm.platforms
+        from vllm.platforms.cpu import CpuPlatform
+
+        vllm.platforms._current_platform = CpuPlatform()
+        from vllm.utils import platform_utils, torch_utils
+
+        platform_utils.is_pin_memory_available.cache_clear()
+        if hasattr(torch_utils, "PIN_MEMORY"):
+            torch_utils.PIN_MEMORY = False
+    _adjusted = True
+
+
+def import_vllm(module: str) -> ModuleType:
+    """Import a vLLM module, adjusted to run here. Raises ImportError without vLLM."""
+    if installed_version() is None:
+        raise ImportError("vLLM is not installed")
+    set_cpu_environment()
+    importlib.import_module("vllm")
+    _adjust_for_cpu()
+    return importlib.import_module(module)

@@ -1,0 +1,242 @@
+"""Penalties cases: programs of upstream batch transitions, with sampler calls in between.
+
+A `PenaltiesProgram` is plain data (its repr is valid Python, its JSON is a fixture): a vocabulary
+size, the batch's capacity, and a list of operations. `PenaltiesRun` replays it on a `TokenBatch`
+and yields the sampler's inputs at every `step` operation, so properties compare implementations
+on the states upstream really reaches, including the ones where the lists and `token_ids_cpu`
+disagree (async placeholders, repairs that shrink a list, optimistic extension and trim).
+
+Operations (row arguments are taken modulo the number of requests):
+  ("add", prompt, output, tracked, presence, frequency, repetition)
+  ("remove", row)                       remove, then condense (last row moves into the hole)
+  ("swap", i, j)
+  ("sample", tokens)                    synchronous: row r appends tokens[r % len]
+  ("async", sampled)                    async bookkeeping: -1 appended; sampled[r % len] pending
+  ("repair", skipped)                   0.22 placeholder repair; rows in `skipped` keep their -1
+  ("spec", drafts)                      row r gets drafts[r % len] as spec tokens
+  ("extend", counts)                    optimistic -1 extension by counts[r % len]
+  ("trim", row, keep)                   del out[keep:] (KV-load discard / over-extension)
+  ("spec_round", accepted, sampled)     one zero-bubble async spec-decode round per row: -1
+                                        bookkeeping, optimistic extension by the row's draft
+                                        count, then repair with 1 + accepted[r % len] ids (the
+                                        list shrinks when fewer drafts were accepted)
+  ("step", bonus, seed, contiguous, specials)
+                                        call the sampler: rows are the live lists, or combined
+                                        with drafts when `bonus`; logits from `seed`, then
+                                        `specials` = ((row, col, value), ...) written over them
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from vllm_hotpaths.batch import TokenBatch
+
+SPECIAL_LOGITS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 1e-40, -1e-40,
+                  3.4e38, -3.4e38, 1.0, -1.0)
+REPETITION_EDGES = (1.0, 1.0000001, 0.99999994, 1e-30, 1e30, 2.0, 0.5)
+PRESENCE_EDGES = (0.0, -0.0, 2.0, -2.0, 1.5, 1e-7)
+# Around powers of two, tiny vocabularies, and one real vocabulary size.
+VOCAB_EDGES = (1, 2, 3, 7, 8, 9, 31, 32, 33, 64, 151936)
+
+
+@dataclass(frozen=True)
+class PenaltiesProgram:
+    vocab_size: int
+    max_num_reqs: int
+    max_model_len: int
+    ops: tuple[tuple, ...]
+
+
+def note(label: str) -> None:
+    """`hypothesis.event`, tolerated outside a test (benchmarks replay programs too)."""
+    try:
+        from hypothesis import event
+
+        event(label)
+    except InvalidArgument:
+        pass
+
+
+# -- generation ---------------------------------------------------------------------------
+def _f32(x: float) -> float:
+    return float(torch.tensor(x, dtype=torch.float32).item())
+
+
+def token_ids(vocab_size: int) -> st.SearchStrategy[int]:
+    edges = st.sampled_from(sorted({0, vocab_size - 1, vocab_size}))
+    return st.one_of(st.integers(0, vocab_size - 1), edges)
+
+
+def logit_values() -> st.SearchStrategy[float]:
+    finite = st.floats(width=32, allow_nan=False, allow_infinity=False)
+    return st.one_of(st.sampled_from(SPECIAL_LOGITS), finite)
+
+
+@st.composite
+def penalties_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> PenaltiesProgram:
+    vocab = draw(st.one_of(st.sampled_from([v for v in VOCAB_EDGES if v <= max_vocab]),
+                           st.integers(1, max_vocab)))
+    max_num_reqs = draw(st.integers(1, 6))
+    max_model_len = draw(st.sampled_from([4, 16, 64]))
+    tok = token_ids(vocab)
+    short = lambda elems, n=4: st.lists(elems, max_size=n).map(tuple)  # noqa: E731
+    rows = st.integers(0, 7)
+    sampled = st.lists(tok, min_size=1, max_size=4).flatmap(
+        lambda ids: st.integers(0, len(ids) - 1).map(
+            lambda k: tuple(ids[:k + 1]) + (-1,) * (len(ids) - k - 1)))
+    add = st.tuples(
+        st.just("add"), short(tok, 6), short(tok, 5), st.booleans(),
+        st.one_of(st.sampled_from(PRESENCE_EDGES), st.floats(-2, 2, width=32)).map(_f32),
+        st.one_of(st.sampled_from(PRESENCE_EDGES), st.floats(-2, 2, width=32)).map(_f32),
+        st.one_of(st.sampled_from(REPETITION_EDGES), st.floats(0.0009765625, 10, width=32)).map(_f32),
+    )
+    special = st.tuples(rows, st.integers(0, max(vocab - 1, 0)), logit_values().map(
+        lambda x: math.nan if math.isnan(x) else x))
+    step = st.tuples(st.just("step"), st.booleans(), st.integers(0, 2**16), st.booleans(),
+                     short(special, 6))
+    moves = st.one_of(st.tuples(st.just("remove"), rows), st.tuples(st.just("swap"), rows, rows))
+    op = st.one_of(
+        add,
+        moves,
+        moves,
+        st.tuples(st.just("sample"), short(tok, 6).filter(len)),
+        st.tuples(st.just("async"), short(sampled, 3).filter(len)),
+        st.tuples(st.just("repair"), short(rows, 2)),
+        st.tuples(st.just("spec"), short(short(tok, 3), 3).filter(len)),
+        st.tuples(st.just("extend"), short(st.integers(0, 3), 3).filter(len)),
+        st.tuples(st.just("trim"), rows, st.integers(0, 8)),
+        st.tuples(st.just("spec_round"), short(st.integers(0, 3), 3).filter(len),
+                  short(tok, 4).filter(len)),
+    )
+    prelude = draw(st.lists(add, min_size=1, max_size=4))
+    # Each operation is followed by a sampler step or not: steps land between all transitions.
+    ops = []
+    for transition, then_step in draw(st.lists(st.tuples(op, st.one_of(st.none(), step)),
+                                               min_size=1, max_size=max_ops)):
+        ops += [transition] if then_step is None else [transition, then_step]
+    final = draw(step)
+    return PenaltiesProgram(vocab, max_num_reqs, max_model_len, tuple(prelude + ops + [final]))
+
+
+# -- replay -------------------------------------------------------------------------------
+@dataclass
+class PenaltiesStep:
+    """The sampler's inputs at one step (host tensors; `on(device)` gives fresh copies)."""
+
+    rows: list[list[int]]
+    prompt_tokens: torch.Tensor
+    presence: torch.Tensor
+    frequency: torch.Tensor
+    repetition: torch.Tensor
+    logits: torch.Tensor
+    contiguous: bool
+
+    def on(self, device: torch.device | str):
+        logits = self.logits.to(device)
+        if not self.contiguous:  # same values, transposed strides (CUDA takes the torch fallback)
+            logits = logits.t().contiguous().t()
+        return (logits, self.prompt_tokens.to(device), self.presence.to(device),
+                self.frequency.to(device), self.repetition.to(device), self.rows)
+
+
+class PenaltiesRun:
+    def __init__(self, program: PenaltiesProgram) -> None:
+        self.program = program
+        self.batch = TokenBatch(program.max_num_reqs, program.max_model_len, program.vocab_size)
+
+    def steps(self) -> Iterator[PenaltiesStep]:
+        batch = self.batch
+        for op in self.program.ops:
+            name, args = op[0], op[1:]
+            n = batch.num_reqs
+            if name == "add":
+                prompt, output, tracked, presence, frequency, repetition = args
+                if n < batch.max_num_reqs and len(prompt) + len(output) <= batch.max_model_len:
+                    batch.add_request(prompt, output, (presence, frequency, repetition), tracked)
+                    note("plain-list row" if not tracked else "tracked row")
+            elif n == 0:
+                if name == "step":
+                    note("empty batch")
+                    yield self._step(*args)
+            elif name == "remove":
+                if args[0] % n != n - 1:
+                    note("condense moved a row")
+                batch.remove_request(args[0] % n)
+            elif name == "swap":
+                if args[0] % n != args[1] % n:
+                    note("swap moved rows")
+                batch.swap(args[0] % n, args[1] % n)
+            elif name == "sample":
+                for r in range(n):
+                    batch.sample(r, args[0][r % len(args[0])])
+            elif name == "async":
+                for r in range(n):
+                    batch.sample_async(r, args[0][r % len(args[0])])
+            elif name == "repair":
+                skipped = {s % n for s in args[0]}
+                for r in range(n):
+                    if r in skipped:
+                        batch.drop_pending(r)
+                    else:
+                        before = len(batch.req_output_token_ids[r])
+                        batch.repair(r)
+                        if len(batch.req_output_token_ids[r]) < before:
+                            note("repair shrank a list")
+            elif name == "spec":
+                for r in range(n):
+                    batch.set_spec(r, args[0][r % len(args[0])])
+            elif name == "extend":
+                for r in range(n):
+                    batch.extend_optimistic(r, args[0][r % len(args[0])])
+            elif name == "trim":
+                batch.trim(args[0] % n, args[1])
+                note("trim")
+            elif name == "spec_round":
+                accepted, sampled = args
+                for r in range(n):
+                    drafts = len(batch.spec_token_ids[r])
+                    ok = min(accepted[r % len(accepted)], drafts)
+                    ids = [sampled[(r + j) % len(sampled)] for j in range(ok + 1)]
+                    batch.sample_async(r, ids + [-1] * (drafts - ok))
+                    batch.extend_optimistic(r, drafts)
+                    before = len(batch.req_output_token_ids[r])
+                    batch.repair(r)
+                    if len(batch.req_output_token_ids[r]) < before:
+                        note("repair shrank a list")
+            elif name == "step":
+                yield self._step(*args)
+            else:
+                raise ValueError(f"unknown penalties operation {op!r}")
+
+    def _step(self, bonus: bool, seed: int, contiguous: bool, specials) -> PenaltiesStep:
+        batch = self.batch
+        rows = batch.combined_rows() if bonus else batch.req_output_token_ids
+        b, v = batch.num_reqs, batch.vocab_size
+        gen = torch.Generator().manual_seed(seed)
+        logits = torch.randn((b, v), generator=gen) * 4
+        logits[logits.abs() < 0.5] = 0.0  # exact zeros take the multiply branch
+        for row, col, value in specials:
+            if b:
+                logits[row % b, col % v] = value
+        self._note_rows(rows, v)
+        presence, frequency, repetition = batch.penalty_tensors()
+        return PenaltiesStep(rows, batch.prompt_tokens(), presence, frequency, repetition,
+                             logits, contiguous)
+
+    @staticmethod
+    def _note_rows(rows, vocab_size: int) -> None:
+        if rows and all(len(r) == 0 for r in rows):
+            note("all rows empty")
+        for r in rows:
+            if -1 in r:
+                first_real_after = any(t != -1 for t in r[r.index(-1):])
+                note("interior -1" if first_real_after else "trailing -1 run")
+            if vocab_size in r:
+                note("pad id V inside a row")

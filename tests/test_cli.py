@@ -1,0 +1,68 @@
+"""The gate and bench commands: exit codes, report shapes, fixtures on failure."""
+
+import json
+
+STATUSES = {"pass", "fail", "skip", "expected-divergence"}
+
+
+def check_report_shape(report):
+    assert set(report) == {"vllm_version", "profile", "results"}
+    for row in report["results"]:
+        assert set(row) == {"hotpath", "check", "device", "implementation", "status", "examples",
+                            "fixture"}
+        assert row["check"] in {"equivalence", "conformance"}
+        assert row["device"] in {"cpu", "cuda"}
+        assert row["status"] in STATUSES
+        assert isinstance(row["examples"], int)
+
+
+def test_gate_passes_and_writes_reports(run_cli, tmp_path):
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--report-dir", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "gate-report.json").read_text())
+    check_report_shape(report)
+    rows = {(r["check"], r["device"]): r for r in report["results"]}
+    assert rows[("equivalence", "cpu")]["status"] == "pass"
+    assert rows[("equivalence", "cpu")]["examples"] > 0
+    assert "| penalties" in (tmp_path / "gate-report.md").read_text()
+    assert "| penalties" in result.stdout
+
+
+def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path):
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "ci", "--report-dir", str(tmp_path),
+                     "--impl", "penalties=properties.quality.penalties:PadWithZero",
+                     "--fixture-dir", str(tmp_path / "fx"))
+    assert result.returncode == 1, result.stdout[-3000:]
+    report = json.loads((tmp_path / "gate-report.json").read_text())
+    check_report_shape(report)
+    failed = [r for r in report["results"] if r["status"] == "fail"]
+    assert failed and all(r["implementation"].endswith("PadWithZero") for r in failed)
+    assert failed[0]["fixture"].startswith(str(tmp_path / "fx"))
+
+
+def test_gate_require_cuda_fails_without_a_gpu(run_cli, tmp_path):
+    import torch
+
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--require-cuda",
+                     "--report-dir", str(tmp_path))
+    assert (result.returncode == 0) == torch.cuda.is_available(), result.stdout[-3000:]
+
+
+def test_bench_records_and_plot(run_cli, tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    result = run_cli("-m", "vllm_hotpaths.cli", "bench", "--device", "cpu", "--quick",
+                     "--json", str(out), "--plot", str(png))
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = json.loads(out.read_text())
+    assert records
+    for r in records:
+        assert set(r) == {"hotpath", "case", "size", "device", "reference_s", "fast_s", "ratio"}
+        assert r["ratio"] == r["reference_s"] / r["fast_s"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_unknown_candidate_is_a_clear_usage_error(run_cli):
+    result = run_cli("-m", "pytest", "properties/test_penalties.py", "-q",
+                     "--impl", "penalties=no_such_module:Thing")
+    assert result.returncode == 4
+    assert "--impl penalties=no_such_module:Thing" in result.stderr + result.stdout

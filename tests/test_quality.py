@@ -1,0 +1,23 @@
+"""The quality set: every deliberately wrong candidate is caught by the `ci` profile, and the
+failure writes a shrunk regression fixture that the failure message names."""
+
+import json
+
+import pytest
+
+from properties.quality import penalties as penalties_mutants
+
+
+@pytest.mark.parametrize("mutant", penalties_mutants.MUTANTS)
+def test_penalties_mutant_is_caught(mutant, run_cli, tmp_path):
+    result = run_cli(
+        "-m", "pytest", "properties/test_penalties.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-k", "candidate_matches_reference and cpu", "--hypothesis-profile", "ci",
+        "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    written = list((tmp_path / "penalties").glob("PenaltiesProgram-*.json"))
+    assert len(written) == 1
+    assert str(written[0]) in result.stdout
+    record = json.loads(written[0].read_text())
+    assert record["hotpath"] == "penalties" and mutant in record["source"]
