@@ -3,6 +3,7 @@
 # vLLM install: the gate on cpu + cuda (--require-cuda; conformance needs vLLM and is skipped),
 # then the benchmarks on cpu + cuda. Reports, benchmark JSON/PNG and any new fixture land in $OUT.
 #   PROFILE  Hypothesis profile for the gate (default gate)
+#   WORKERS  pytest-xdist workers for the gate (default 4)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
@@ -15,7 +16,7 @@ print(f"python {platform.python_version()}  torch {torch.__version__}  triton {t
 print(f"cuda device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
 PY
 python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda \
-  --report-dir "$OUT" --fixture-dir "$OUT/regressions"
+  -n "${WORKERS:-4}" --report-dir "$OUT" --fixture-dir "$OUT/regressions"
 gate_rc=$?
 python -m vllm_hotpaths.cli bench --device all --json "$OUT/bench.json" --plot "$OUT/bench.png"
 bench_rc=$?
