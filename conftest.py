@@ -98,7 +98,6 @@ class CaseLog:
         self.examples = 0
         self.last = None
         self.excused: set[str] = set()
-        self.implementation = ""
 
     def record(self, case) -> None:
         self.examples += 1
@@ -126,11 +125,16 @@ def pytest_runtest_makereport(item, call):
     params = callspec.params if callspec else {}
     if hotpath is not None and check is not None:
         candidate = params.get("candidate")
+        if candidate:
+            implementation = candidate[0]
+        else:  # conformance: the reference that the installed vLLM is checked against
+            version = registry.get(hotpath.args[0]).reference_version_for(vllm_env.installed_version())
+            implementation = f"reference@{version}"
         report.user_properties += [
             ("hotpath", hotpath.args[0]),
             ("check", check.args[0]),
             ("device", params.get("device", "cpu")),
-            ("implementation", candidate[0] if candidate else (log.implementation if log else "")),
+            ("implementation", implementation),
             ("examples", log.examples if log else 0),
             ("excused", sorted(log.excused) if log else []),
         ]

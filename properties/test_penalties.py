@@ -88,7 +88,6 @@ def test_reference_matches_installed_vllm(program, case_log):
     """Frozen reference == the installed vLLM's `apply_all_penalties` (CPU), via the ledger."""
     case_log.record(program)
     version = installed_vllm_version()
-    case_log.implementation = f"reference@{HOTPATH.reference_version_for(version)}"
     run = PenaltiesRun(program)
     reference = HOTPATH.reference(version)(program.vocab_size, "cpu", run.batch)
     live = registry.resolve(HOTPATH.live)(program.vocab_size, "cpu", run.batch)
@@ -110,7 +109,6 @@ def test_reference_matches_installed_vllm(program, case_log):
 def test_vllm_rejects_what_the_reference_rejects(rows, where, bad, case_log):
     """Ids outside [-1, V] are an error upstream too (deep in scatter_add_), never a tensor."""
     case_log.record((rows, where, bad))
-    case_log.implementation = f"reference@{HOTPATH.reference_version_for(installed_vllm_version())}"
     vocab = 9
     rows = [list(r) for r in rows]
     target = rows[where[0] % len(rows)]

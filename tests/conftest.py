@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_cli():
     """Run a command of this checkout's Python in a subprocess (own pytest session / CLI)."""
 
-    def run(*args, timeout=600):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]))
+    def run(*args, timeout=600, **extra_env):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]), **extra_env)
         env.pop("PYTEST_XDIST_WORKER", None)
         return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=timeout)

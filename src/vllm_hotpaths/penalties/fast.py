@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from vllm_hotpaths.penalties.reference import InvalidTokenId, apply_penalties_, check_logits, first_invalid
+from vllm_hotpaths.penalties.reference import InvalidTokenId, apply_penalties_, check_logits, token_array
 from vllm_hotpaths.tracked_list import TrackedTokenList
 
 _WATCHER_KEYS = itertools.count(1)
@@ -134,11 +134,10 @@ class IncrementalPenalties:
         """New values as int64 with -1 mapped to the pad; raises like the reference on bad ids."""
         if not vals:
             return None
-        invalid = first_invalid(vals, self.vocab_size)
+        values, invalid = token_array(vals, self.vocab_size)
         if invalid is not None:
             j, value = invalid
             raise InvalidTokenId(val_rows[j], val_cols[j], value, self.vocab_size)
-        values = np.asarray(vals, dtype=np.int64)
         values[values == -1] = self.vocab_size
         return values
 

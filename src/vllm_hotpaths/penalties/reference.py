@@ -37,24 +37,23 @@ class InvalidTokenId(ValueError):
         self.row, self.position, self.value = row, position, value
 
 
-def first_invalid(values: Sequence[int], vocab_size: int) -> tuple[int, object] | None:
-    """(index, value) of the first entry of `values` that is not an integer in [-1, vocab_size]."""
+def token_array(values: Sequence[int], vocab_size: int) -> tuple[np.ndarray, tuple[int, object] | None]:
+    """`values` as an int64 array, and (index, value) of the first entry that is not an integer
+    in [-1, vocab_size] (None when all are valid)."""
     try:
         array = np.asarray(values)
     except (OverflowError, ValueError):
         array = np.asarray(values, dtype=object)
-    if array.size == 0:
-        return None
-    if array.dtype.kind not in "iu":
+    if array.size and array.dtype.kind not in "iu":
         for j, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not -1 <= v <= vocab_size:
-                return j, v
-        return None
-    bad = (array < -1) | (array > vocab_size)
-    if bad.any():
-        j = int(np.argmax(bad))
-        return j, int(array[j])
-    return None
+                return array, (j, v)
+    if array.size:
+        bad = (array < -1) | (array > vocab_size)
+        if bad.any():
+            j = int(np.argmax(bad))
+            return array, (j, int(array[j]))
+    return array.astype(np.int64, copy=False), None
 
 
 def padded_output_tokens(rows: Sequence[Sequence[int]], vocab_size: int) -> np.ndarray:
@@ -63,10 +62,10 @@ def padded_output_tokens(rows: Sequence[Sequence[int]], vocab_size: int) -> np.n
     out = np.full((len(rows), max_len), vocab_size, dtype=np.int64)
     for i, row in enumerate(rows):
         if len(row):
-            invalid = first_invalid(row, vocab_size)
+            array, invalid = token_array(row, vocab_size)
             if invalid is not None:
                 raise InvalidTokenId(i, invalid[0], invalid[1], vocab_size)
-            out[i, : len(row)] = row
+            out[i, : len(row)] = array
     out[out == -1] = vocab_size
     return out
 
