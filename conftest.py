@@ -140,9 +140,12 @@ def pytest_runtest_makereport(item, call):
         ]
     if report.failed and log is not None and log.last is not None and hotpath is not None:
         directory = Path(item.config.getoption("fixture_dir") or fixtures.REGRESSIONS)
-        path = fixtures.save(directory, hotpath.args[0], log.last, source=item.nodeid)
-        report.user_properties.append(("fixture", str(path)))
-        message = f"shrunk case saved as regression fixture: {path}"
+        try:
+            path = fixtures.save(directory, hotpath.args[0], log.last, source=item.nodeid)
+            report.user_properties.append(("fixture", str(path)))
+            message = f"shrunk case saved as regression fixture: {path}"
+        except TypeError as err:  # a case that is not a dataclass cannot become a fixture
+            message = f"no regression fixture written: {err}"
         if hasattr(report.longrepr, "addsection"):
             report.longrepr.addsection("regression fixture", message)
         else:

@@ -7,10 +7,12 @@ At every sampler step of a generated program, the padded output-token tensor mus
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strategies.penalties import PenaltiesProgram, PenaltiesRun, note, penalties_programs
+from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun, invalid_id_cases,
+                                  note, penalties_programs)
 from vllm_hotpaths import fixtures, registry, vllm_env
 from vllm_hotpaths.bits import assert_same_bits
 from vllm_hotpaths.ledger import check_conformance
@@ -103,20 +105,14 @@ def test_reference_matches_installed_vllm(program, case_log):
 
 @pytest.mark.check("conformance")
 @pytest.mark.needs_vllm
-@given(rows=st.lists(st.lists(st.integers(-1, 8), max_size=5), min_size=1, max_size=4),
-       where=st.tuples(st.integers(0, 3), st.integers(0, 4)),
-       bad=st.sampled_from([-2, -(2**40), 10, 2**40]))
-def test_vllm_rejects_what_the_reference_rejects(rows, where, bad, case_log):
+@fixtures.replayed("penalties", InvalidIdCase, "case")
+@given(case=invalid_id_cases())
+def test_vllm_rejects_what_the_reference_rejects(case, case_log):
     """Ids outside [-1, V] are an error upstream too (deep in scatter_add_), never a tensor."""
-    case_log.record((rows, where, bad))
-    vocab = 9
-    rows = [list(r) for r in rows]
-    target = rows[where[0] % len(rows)]
-    target.insert(where[1] % (len(target) + 1), bad)
+    case_log.record(case)
+    rows, vocab = case.output_rows(), case.vocab_size
     reference = HOTPATH.reference(installed_vllm_version())(vocab, "cpu")
     live = registry.resolve(HOTPATH.live)(vocab, "cpu")
-    import torch
-
     logits = torch.zeros((len(rows), vocab))
     prompt = torch.full((len(rows), 0), vocab, dtype=torch.int64)
     ones = torch.ones(len(rows))

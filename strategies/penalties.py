@@ -125,6 +125,33 @@ def penalties_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penaltie
     return PenaltiesProgram(vocab, max_num_reqs, max_model_len, tuple(prelude + ops + [final]))
 
 
+@dataclass(frozen=True)
+class InvalidIdCase:
+    """Output rows with one id outside [-1, vocab_size] inserted at (row, pos)."""
+
+    vocab_size: int
+    rows: tuple[tuple[int, ...], ...]
+    row: int
+    pos: int
+    bad: int
+
+    def output_rows(self) -> list[list[int]]:
+        rows = [list(r) for r in self.rows]
+        target = rows[self.row % len(rows)]
+        target.insert(self.pos % (len(target) + 1), self.bad)
+        return rows
+
+
+@st.composite
+def invalid_id_cases(draw) -> InvalidIdCase:
+    vocab = draw(st.integers(1, 16))
+    rows = draw(st.lists(st.lists(st.integers(-1, vocab), max_size=5).map(tuple), min_size=1,
+                         max_size=4).map(tuple))
+    bad = draw(st.one_of(st.integers(-(2**40), -2), st.integers(vocab + 1, 2**40),
+                         st.sampled_from([-2, vocab + 1])))
+    return InvalidIdCase(vocab, rows, draw(st.integers(0, 3)), draw(st.integers(0, 5)), bad)
+
+
 # -- replay -------------------------------------------------------------------------------
 @dataclass
 class PenaltiesStep:

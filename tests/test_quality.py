@@ -11,11 +11,11 @@ import pytest
 from properties.quality import penalties as penalties_mutants
 
 
-@pytest.mark.parametrize("mutant", penalties_mutants.MUTANTS)
-def test_penalties_mutant_is_caught(mutant, run_cli, tmp_path):
+@pytest.mark.parametrize("mutant, prop", penalties_mutants.MUTANTS.items())
+def test_penalties_mutant_is_caught(mutant, prop, run_cli, tmp_path):
     result = run_cli(
         "-m", "pytest", "properties/test_penalties.py", "-q", "-x", "-p", "no:cacheprovider",
-        "-k", "candidate_matches_reference and cpu", "--hypothesis-profile", "ci",
+        "-k", f"{prop} and cpu", "--hypothesis-profile", "ci",
         "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
         VLLM_HOTPATHS_NO_REPLAY="1",
     )

@@ -126,7 +126,27 @@ class PresenceBeforeFrequency(ReferencePenalties):
         return apply_penalties_(logits, prompt_tokens, self.output_tokens(rows), zero, frequency, ones)
 
 
-MUTANTS = [
-    "PadWithZero", "RemapTrailingPlaceholdersOnly", "StaleStorage", "PromptOffByOne",
-    "AppendOnlyCache", "IgnoresRowMoves", "DividesOnCpu", "PresenceBeforeFrequency",
-]
+class NoIdValidation(IncrementalPenalties):
+    """The incremental builder without the id check: a bad id reaches the tensor (and later
+    fails inside scatter_add_, or on CUDA as a device assert)."""
+
+    def _checked_values(self, vals, val_rows, val_cols):
+        if not vals:
+            return None
+        values = np.asarray(vals).astype(np.int64)
+        values[values == -1] = self.vocab_size
+        return values
+
+
+# mutant -> the property expected to catch it
+MUTANTS = {
+    "PadWithZero": "test_candidate_matches_reference",
+    "RemapTrailingPlaceholdersOnly": "test_candidate_matches_reference",
+    "StaleStorage": "test_candidate_matches_reference",
+    "PromptOffByOne": "test_candidate_matches_reference",
+    "AppendOnlyCache": "test_candidate_matches_reference",
+    "IgnoresRowMoves": "test_candidate_matches_reference",
+    "DividesOnCpu": "test_candidate_matches_reference",
+    "PresenceBeforeFrequency": "test_candidate_matches_reference",
+    "NoIdValidation": "test_invalid_ids_raise_the_same_error",
+}

@@ -64,6 +64,12 @@ class GatePlugin:
         else:
             print(line, flush=True)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report, config):
+        if "hotpath" in dict(report.user_properties) and report.when == "call":
+            return report.outcome, "", report.outcome.upper()  # the gate prints its own line
+        return None
+
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
         if "hotpath" not in props or (report.when != "call" and report.outcome == "passed"):
