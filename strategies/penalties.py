@@ -18,8 +18,12 @@ Operations (row arguments are taken modulo the number of requests):
   ("trim", row, keep)                   del out[keep:] (KV-load discard / over-extension)
   ("spec_round", accepted, sampled)     one zero-bubble async spec-decode round per row: -1
                                         bookkeeping, optimistic extension by the row's draft
-                                        count, then repair with 1 + accepted[r % len] ids (the
-                                        list shrinks when fewer drafts were accepted)
+                                        count (2 when it has none), then repair with
+                                        1 + accepted[r % len] ids (the list shrinks when fewer
+                                        drafts were accepted)
+  ("stale", row, sampled, token)        async round whose repair skips `row` (it was not in the
+                                        previous batch), then a synchronous token for every row:
+                                        `row` keeps an interior -1
   ("step", bonus, seed, contiguous, specials)
                                         call the sampler: rows are the live lists, or combined
                                         with drafts when `bonus`; logits from `seed`, then
@@ -86,7 +90,7 @@ def penalties_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penaltie
     max_num_reqs = draw(st.integers(1, 6))
     max_model_len = draw(st.sampled_from([4, 16, 64]))
     tok = token_ids(vocab)
-    short = lambda elems, n=4: st.lists(elems, max_size=n).map(tuple)  # noqa: E731
+    short = lambda elems, n=4, least=0: st.lists(elems, min_size=least, max_size=n).map(tuple)  # noqa: E731
     rows = st.integers(0, 7)
     sampled = st.lists(tok, min_size=1, max_size=4).flatmap(
         lambda ids: st.integers(0, len(ids) - 1).map(
@@ -106,14 +110,15 @@ def penalties_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penaltie
         add,
         moves,
         moves,
-        st.tuples(st.just("sample"), short(tok, 6).filter(len)),
-        st.tuples(st.just("async"), short(sampled, 3).filter(len)),
+        st.tuples(st.just("sample"), short(tok, 6, 1)),
+        st.tuples(st.just("async"), short(sampled, 3, 1)),
         st.tuples(st.just("repair"), short(rows, 2)),
-        st.tuples(st.just("spec"), short(short(tok, 3), 3).filter(len)),
-        st.tuples(st.just("extend"), short(st.integers(0, 3), 3).filter(len)),
+        st.tuples(st.just("spec"), short(short(tok, 3), 3, 1)),
+        st.tuples(st.just("extend"), short(st.integers(0, 3), 3, 1)),
         st.tuples(st.just("trim"), rows, st.integers(0, 8)),
-        st.tuples(st.just("spec_round"), short(st.integers(0, 3), 3).filter(len),
-                  short(tok, 4).filter(len)),
+        st.tuples(st.just("spec_round"), short(st.integers(0, 3), 3, 1),
+                  short(tok, 4, 1)),
+        st.tuples(st.just("stale"), rows, sampled, tok),
     )
     prelude = draw(st.lists(add, min_size=1, max_size=4))
     # Each operation is followed by a sampler step or not: steps land between all transitions.
@@ -212,10 +217,7 @@ class PenaltiesRun:
                     if r in skipped:
                         batch.drop_pending(r)
                     else:
-                        before = len(batch.req_output_token_ids[r])
-                        batch.repair(r)
-                        if len(batch.req_output_token_ids[r]) < before:
-                            note("repair shrank a list")
+                        self._repair(r)
             elif name == "spec":
                 for r in range(n):
                     batch.set_spec(r, args[0][r % len(args[0])])
@@ -228,19 +230,31 @@ class PenaltiesRun:
             elif name == "spec_round":
                 accepted, sampled = args
                 for r in range(n):
-                    drafts = len(batch.spec_token_ids[r])
+                    drafts = len(batch.spec_token_ids[r]) or 2
                     ok = min(accepted[r % len(accepted)], drafts)
                     ids = [sampled[(r + j) % len(sampled)] for j in range(ok + 1)]
                     batch.sample_async(r, ids + [-1] * (drafts - ok))
                     batch.extend_optimistic(r, drafts)
-                    before = len(batch.req_output_token_ids[r])
-                    batch.repair(r)
-                    if len(batch.req_output_token_ids[r]) < before:
-                        note("repair shrank a list")
+                    self._repair(r)
+            elif name == "stale":
+                row, sampled, token = args
+                for r in range(n):
+                    batch.sample_async(r, sampled)
+                    if r == row % n:
+                        batch.drop_pending(r)
+                    else:
+                        self._repair(r)
+                    batch.sample(r, token)
             elif name == "step":
                 yield self._step(*args)
             else:
                 raise ValueError(f"unknown penalties operation {op!r}")
+
+    def _repair(self, r: int) -> None:
+        before = len(self.batch.req_output_token_ids[r])
+        self.batch.repair(r)
+        if len(self.batch.req_output_token_ids[r]) < before:
+            note("repair shrank a list")
 
     def _step(self, bonus: bool, seed: int, contiguous: bool, specials) -> PenaltiesStep:
         batch = self.batch
