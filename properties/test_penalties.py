@@ -9,10 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun, invalid_id_cases,
-                                  note, penalties_programs)
+from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun, PoisonedProgram,
+                                  invalid_id_cases, note, penalties_programs, poisoned_programs)
 from vllm_hotpaths import fixtures, registry, vllm_env
 from vllm_hotpaths.bits import assert_same_bits
 from vllm_hotpaths.ledger import check_conformance
@@ -46,28 +45,27 @@ def test_candidate_matches_reference(program, candidate, device, case_log):
 
 
 @pytest.mark.check("equivalence")
-@fixtures.replayed("penalties", PenaltiesProgram, "program", where=(0, 0), bad="below")
-@given(program=penalties_programs(), where=st.tuples(st.integers(0, 7), st.integers(0, 40)),
-       bad=st.sampled_from(["below", "above", "float"]))
-def test_invalid_ids_raise_the_same_error(program, where, bad, candidate, device, case_log):
-    """An id below -1 or above V raises InvalidTokenId, naming the same place, on both sides;
-    after the error the candidate still agrees with the reference once the id is fixed."""
-    case_log.record(program)
+@fixtures.replayed("penalties", PenaltiesProgram, "case", convert=PoisonedProgram.of)
+@fixtures.replayed("penalties", PoisonedProgram, "case")
+@given(case=poisoned_programs())
+def test_invalid_ids_raise_the_same_error(case, candidate, device, case_log):
+    """An id below -1 or above V (or not an integer) raises InvalidTokenId naming the same
+    place on both sides; once the id is fixed, the candidate agrees with the reference again."""
+    case_log.record(case)
     name, factory, version = candidate
-    run = PenaltiesRun(program)
-    reference = HOTPATH.reference(version)(program.vocab_size, device, run.batch)
-    fast = factory(program.vocab_size, device, run.batch)
+    run = PenaltiesRun(case.program)
+    reference = HOTPATH.reference(version)(case.vocab_size, device, run.batch)
+    fast = factory(case.vocab_size, device, run.batch)
     step = None
     for step in run.steps():
         assert_same_step(fast, reference, step, device, f"{name} before the bad id")
     rows = [r for r in step.rows if len(r)] if step else []
     if not rows:
         return
-    row = rows[where[0] % len(rows)]
-    pos = where[1] % len(row)
-    good = row[pos]
-    row[pos] = {"below": -2, "above": program.vocab_size + 1, "float": 1.5}[bad]
-    note(f"invalid id: {bad}")
+    row = rows[case.row % len(rows)]
+    pos = case.pos % len(row)
+    good, row[pos] = row[pos], case.bad_value()
+    note(f"invalid id: {case.bad}")
     errors = []
     for impl in (reference, fast):
         with pytest.raises(InvalidTokenId) as caught:

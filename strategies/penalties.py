@@ -131,6 +131,38 @@ def penalties_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penaltie
 
 
 @dataclass(frozen=True)
+class PoisonedProgram:
+    """A program whose last step's rows then get one id replaced by an invalid value:
+    `bad` is "below" (-2), "above" (V + 1) or "float" (1.5), at row `row`, position `pos`
+    (both taken modulo the non-empty rows and their lengths)."""
+
+    vocab_size: int
+    max_num_reqs: int
+    max_model_len: int
+    ops: tuple[tuple, ...]
+    row: int = 0
+    pos: int = 0
+    bad: str = "below"
+
+    @classmethod
+    def of(cls, program: PenaltiesProgram, row: int = 0, pos: int = 0, bad: str = "below"):
+        return cls(program.vocab_size, program.max_num_reqs, program.max_model_len, program.ops,
+                   row, pos, bad)
+
+    @property
+    def program(self) -> PenaltiesProgram:
+        return PenaltiesProgram(self.vocab_size, self.max_num_reqs, self.max_model_len, self.ops)
+
+    def bad_value(self):
+        return {"below": -2, "above": self.vocab_size + 1, "float": 1.5}[self.bad]
+
+
+def poisoned_programs() -> st.SearchStrategy[PoisonedProgram]:
+    return st.builds(PoisonedProgram.of, penalties_programs(), st.integers(0, 7),
+                     st.integers(0, 40), st.sampled_from(["below", "above", "float"]))
+
+
+@dataclass(frozen=True)
 class InvalidIdCase:
     """Output rows with one id outside [-1, vocab_size] inserted at (row, pos)."""
 

@@ -68,15 +68,18 @@ def load(directory: Path, hotpath: str, case_type: type[T]) -> list[tuple[Path, 
     return found
 
 
-def replayed(hotpath: str, case_type: type, argname: str, directory: Path = REGRESSIONS, **other):
-    """Decorator: add every committed fixture of this hot path as an explicit example
-    (`other`: fixed values for the property's remaining arguments)."""
-
+def replayed(hotpath: str, case_type: type, argname: str, convert: Callable | None = None,
+             directory: Path = REGRESSIONS):
+    """Decorator: add every committed `case_type` fixture of this hot path as an explicit example
+    (`convert` adapts it to the property's own case type). VLLM_HOTPATHS_NO_REPLAY=1 turns replay
+    off, to show that generation alone finds a bug."""
     from hypothesis import example
 
     def decorate(test):
+        if os.environ.get("VLLM_HOTPATHS_NO_REPLAY") == "1":
+            return test
         for _, case in reversed(load(directory, hotpath, case_type)):
-            test = example(**{argname: case}, **other)(test)
+            test = example(**{argname: convert(case) if convert else case})(test)
         return test
 
     return decorate
