@@ -57,6 +57,8 @@ def pytest_configure(config):
         "check(kind): equivalence (candidate vs reference) or conformance (reference vs vLLM)",
         "needs_cuda: runs only where a CUDA device is visible",
         "needs_vllm: runs only where vLLM is installed",
+        "devices(*names): restrict the device parametrization",
+        "needs_vllm_ops(name): runs only where vLLM's compiled op `name` can be loaded",
     ):
         config.addinivalue_line("markers", line)
     for assignment in config.getoption("impl"):
@@ -68,9 +70,10 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     if "device" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("devices")
         metafunc.parametrize("device", [
-            pytest.param("cpu", id="cpu"),
-            pytest.param("cuda", id="cuda", marks=pytest.mark.needs_cuda),
+            pytest.param(d, id=d, marks=[pytest.mark.needs_cuda] if d == "cuda" else [])
+            for d in ("cpu", "cuda") if only is None or d in only.args
         ])
     if "candidate" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("hotpath")
@@ -89,6 +92,10 @@ def pytest_runtest_setup(item):
         pytest.skip("no CUDA device")
     if item.get_closest_marker("needs_vllm") and vllm_env.installed_version() is None:
         pytest.skip("vLLM is not installed")
+    ops = item.get_closest_marker("needs_vllm_ops")
+    if ops is not None and vllm_env.compiled_op(ops.args[0]) is None:
+        pytest.skip(f"vLLM's compiled op {ops.args[0]} cannot be loaded (no vLLM CUDA install; "
+                    "VLLM_HOTPATHS_VLLM_C may name a _C.abi3.so)")
 
 
 class CaseLog:

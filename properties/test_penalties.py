@@ -76,6 +76,23 @@ def test_invalid_ids_raise_the_same_error(case, candidate, device, case_log):
     assert_same_step(fast, reference, step, device, f"{name} after the bad id was fixed")
 
 
+@pytest.mark.check("conformance")
+@pytest.mark.devices("cuda")
+@pytest.mark.needs_vllm_ops("apply_repetition_penalties_")
+@replayed
+@given(program=penalties_programs())
+def test_cuda_reference_matches_compiled_op(program, device, case_log):
+    """On contiguous CUDA logits upstream's repetition step is its compiled op (`x / p`); the
+    reference reproduces it with torch. Here the reference meets the op itself."""
+    case_log.record(program)
+    run = PenaltiesRun(program)
+    reference = HOTPATH.reference()(program.vocab_size, device, run.batch)
+    compiled = registry.resolve(HOTPATH.live_kernels)(program.vocab_size, device, run.batch)
+    for i, step in enumerate(run.steps()):
+        note("contiguous logits" if step.contiguous else "non-contiguous logits")
+        assert_same_step(reference, compiled, step, device, f"step {i} (reference vs compiled op)")
+
+
 def installed_vllm_version() -> str:
     return vllm_env.installed_version()
 

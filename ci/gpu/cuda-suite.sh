@@ -2,6 +2,8 @@
 # The CUDA half of the suite in one call, for a GPU machine with torch and the test tools but no
 # vLLM install: the gate on cpu + cuda (--require-cuda; conformance needs vLLM and is skipped),
 # then the benchmarks on cpu + cuda. Reports, benchmark JSON/PNG and any new fixture land in $OUT.
+# With VLLM_HOTPATHS_VLLM_C naming vLLM's compiled _C.abi3.so (ci/gpu/stage-vllm-ops.sh), the
+# reference's CUDA arithmetic is also checked against vLLM's own CUDA op.
 #   PROFILE  Hypothesis profile for the gate (default gate)
 #   WORKERS  pytest-xdist workers for the gate (default 4)
 set -uo pipefail

@@ -99,21 +99,19 @@ class IgnoresRowMoves(IncrementalPenalties):
         return super().output_tokens(rows)
 
 
+def _divide_everywhere(logits, prompt_mask, output_mask, penalties):
+    p = penalties.unsqueeze(1)
+    penalized = torch.where(logits > 0, logits / p, logits * p)
+    logits.copy_(torch.where(prompt_mask | output_mask, penalized, logits))
+
+
 class DividesOnCpu(ReferencePenalties):
     """Repetition as `x / p` on every device (the CUDA op's arithmetic in the CPU fallback)."""
 
     def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
         check_logits(logits, self.vocab_size)
-        tokens = self.output_tokens(rows)
-        from vllm_hotpaths.penalties.reference import token_bins
-
-        _, prompt_mask = token_bins(prompt_tokens, self.vocab_size, logits.shape[0])
-        counts, mask = token_bins(tokens, self.vocab_size, logits.shape[0])
-        p = repetition.unsqueeze(1)
-        logits.copy_(torch.where(prompt_mask | mask, torch.where(logits > 0, logits / p, logits * p), logits))
-        logits -= frequency.unsqueeze(1) * counts
-        logits -= presence.unsqueeze(1) * mask
-        return logits
+        return apply_penalties_(logits, prompt_tokens, self.output_tokens(rows), presence, frequency,
+                                repetition, repetition_step=_divide_everywhere)
 
 
 class PresenceBeforeFrequency(ReferencePenalties):

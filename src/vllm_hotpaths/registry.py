@@ -31,6 +31,7 @@ class HotPath:
     references: dict[str, str]  # vLLM version -> "module:attr"
     fast: dict[str, tuple[str, str]]  # fast name -> ("module:attr", vLLM version it must match)
     live: str  # adapter over the installed vLLM's own function
+    live_kernels: str | None = None  # adapter over vLLM's compiled CUDA ops (no Python vLLM needed)
     bench: str | None = None  # "module:attr" of the benchmark function
 
     def reference_version_for(self, vllm_version: str | None) -> str:
@@ -101,6 +102,7 @@ HOTPATHS: dict[str, HotPath] = {
         references={"0.22.0": "vllm_hotpaths.penalties.reference:ReferencePenalties"},
         fast={"incremental": ("vllm_hotpaths.penalties.fast:IncrementalPenalties", "0.22.0")},
         live="vllm_hotpaths.penalties.live:LivePenalties",
+        live_kernels="vllm_hotpaths.penalties.live:LiveRepetitionOp",
         bench="vllm_hotpaths.penalties.bench:run",
     ),
 }

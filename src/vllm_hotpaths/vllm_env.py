@@ -57,3 +57,28 @@ def import_vllm(module: str) -> ModuleType:
     importlib.import_module("vllm")
     _adjust_for_cpu()
     return importlib.import_module(module)
+
+
+def compiled_op(name: str):
+    """`torch.ops._C.<name>` from vLLM's compiled library, or None where it cannot be loaded.
+
+    The library comes from the installed vLLM (`vllm._C`), or from the file that
+    VLLM_HOTPATHS_VLLM_C names (a `_C.abi3.so` taken from a vLLM wheel built for this torch):
+    the way to check the CUDA ops on a GPU machine without a vLLM install.
+    """
+    import torch
+
+    path = os.environ.get("VLLM_HOTPATHS_VLLM_C")
+    try:
+        if path:
+            if path not in _loaded_libraries:
+                torch.ops.load_library(path)
+                _loaded_libraries.add(path)
+        elif installed_version() is not None:
+            importlib.import_module("vllm._C")
+        return getattr(torch.ops._C, name)
+    except (ImportError, OSError, AttributeError, RuntimeError):
+        return None
+
+
+_loaded_libraries: set[str] = set()

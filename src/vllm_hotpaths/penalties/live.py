@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from vllm_hotpaths.vllm_env import import_vllm
+from vllm_hotpaths.penalties.reference import ReferencePenalties, apply_penalties_, repetition_penalty_
+from vllm_hotpaths.vllm_env import compiled_op, import_vllm
 
 
 class LivePenalties:
@@ -22,3 +23,25 @@ class LivePenalties:
         return self._penalties.apply_all_penalties(
             logits, prompt_tokens, presence, frequency, repetition, rows
         )
+
+
+class LiveRepetitionOp(ReferencePenalties):
+    """The reference with its repetition step done by vLLM's compiled CUDA op where upstream
+    calls it (contiguous CUDA logits): checks the reference's CUDA arithmetic against the op."""
+
+    def __init__(self, vocab_size: int, device: torch.device | str = "cpu", batch=None) -> None:
+        super().__init__(vocab_size, device, batch)
+        self._op = compiled_op("apply_repetition_penalties_")
+        if self._op is None:
+            raise ImportError("vLLM's compiled op apply_repetition_penalties_ cannot be loaded")
+
+    def _repetition(self, logits, prompt_mask, output_mask, penalties) -> None:
+        if logits.is_cuda and logits.is_contiguous():
+            self._op(logits, prompt_mask, output_mask, penalties)
+        else:
+            repetition_penalty_(logits, prompt_mask, output_mask, penalties)
+
+    def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
+        tokens = self.output_tokens(rows)
+        return apply_penalties_(logits, prompt_tokens, tokens, presence, frequency, repetition,
+                                repetition_step=self._repetition)

@@ -78,8 +78,10 @@ def token_bins(tokens: torch.Tensor, vocab_size: int, num_rows: int) -> tuple[to
     return counts, counts > 0
 
 
-def repetition_penalty_(logits: torch.Tensor, repeated: torch.Tensor, penalties: torch.Tensor) -> None:
+def repetition_penalty_(logits: torch.Tensor, prompt_mask: torch.Tensor, output_mask: torch.Tensor,
+                        penalties: torch.Tensor) -> None:
     """Upstream's repetition step, with the arithmetic upstream picks for this tensor."""
+    repeated = prompt_mask | output_mask
     if logits.is_cuda and logits.is_contiguous():
         # The CUDA op: divide positive penalized logits, multiply the others; unpenalized untouched.
         p = penalties.unsqueeze(1)
@@ -99,12 +101,14 @@ def apply_penalties_(
     presence: torch.Tensor,
     frequency: torch.Tensor,
     repetition: torch.Tensor,
+    repetition_step=repetition_penalty_,
 ) -> torch.Tensor:
-    """Penalize `logits` in place given padded prompt and output token tensors; returns logits."""
+    """Penalize `logits` in place given padded prompt and output token tensors; returns logits.
+    `repetition_step(logits, prompt_mask, output_mask, penalties)` does the repetition part."""
     num_rows, vocab_size = logits.shape
     _, prompt_mask = token_bins(prompt_tokens, vocab_size, num_rows)
     output_counts, output_mask = token_bins(output_tokens, vocab_size, num_rows)
-    repetition_penalty_(logits, prompt_mask | output_mask, repetition)
+    repetition_step(logits, prompt_mask, output_mask, repetition)
     logits -= frequency.unsqueeze(1) * output_counts
     logits -= presence.unsqueeze(1) * output_mask
     return logits
