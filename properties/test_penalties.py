@@ -15,7 +15,7 @@ from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun,
 from vllm_hotpaths import fixtures, registry, vllm_env
 from vllm_hotpaths.bits import assert_same_bits
 from vllm_hotpaths.ledger import check_conformance
-from vllm_hotpaths.penalties.reference import InvalidTokenId
+from vllm_hotpaths.penalties import InvalidTokenId
 
 HOTPATH = registry.get("penalties")
 pytestmark = pytest.mark.hotpath("penalties")

@@ -66,3 +66,10 @@ def test_unknown_candidate_is_a_clear_usage_error(run_cli):
                      "--impl", "penalties=no_such_module:Thing")
     assert result.returncode == 4
     assert "--impl penalties=no_such_module:Thing" in result.stderr + result.stdout
+
+
+def test_candidate_missing_a_method_is_a_clear_usage_error(run_cli):
+    result = run_cli("-m", "pytest", "properties/test_penalties.py", "-q",
+                     "--impl", "penalties=vllm_hotpaths.tracked_list:TrackedTokenList")
+    assert result.returncode == 4
+    assert "lacks output_tokens, apply_all_penalties" in result.stderr + result.stdout

@@ -123,6 +123,12 @@ def override_implementation(assignment: str) -> None:
     name, sep, spec = assignment.partition("=")
     if not sep:
         raise ValueError(f"--impl takes hotpath=module:attr, got {assignment!r}")
-    get(name)
-    resolve(spec)  # fail early, with the import error, not in the middle of a property
+    hotpath = get(name)
+    factory = resolve(spec)  # fail early, with the import error, not in the middle of a property
+    if not callable(factory):
+        raise ValueError(f"{spec!r} is not callable: expected a factory {hotpath.contract.doc}")
+    missing = [m for m in hotpath.contract.methods if isinstance(factory, type) and not hasattr(factory, m)]
+    if missing:
+        raise ValueError(f"{spec!r} lacks {', '.join(missing)}; the {name} contract is:\n"
+                         f"{hotpath.contract.doc}")
     _impl_overrides[name] = spec
