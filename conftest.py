@@ -19,9 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from vllm_hotpaths import fixtures, registry, vllm_env
 
-ROOT = Path(__file__).resolve().parent
-
-if vllm_env.installed_version() is not None and not torch.cuda.is_available():
+if vllm_env.installed_version() is not None:
     vllm_env.set_cpu_environment()
 
 # Properties share one per-test recorder across examples (it counts them and keeps the last case).

@@ -45,3 +45,15 @@ def test_uncovered_difference_fails(demo_ledger, hotpath, version, case):
     with pytest.raises(AssertionError, match="differ"):
         check_conformance(hotpath, version, case, differ)
     assert check_conformance(hotpath, version, case, agree) is None
+
+
+def test_versions_order_like_pip():
+    from vllm_hotpaths.registry import get, version_key
+
+    assert version_key("0.22.0rc1") < version_key("0.22.0") < version_key("0.22.0.post1")
+    assert version_key("0.9.2") < version_key("0.22.0") < version_key("0.22.1+cu130")
+    penalties = get("penalties")
+    assert penalties.reference_version_for("0.22.0+cpu") == "0.22.0"
+    assert penalties.reference_version_for("0.23.0") == "0.22.0"
+    with pytest.raises(LookupError, match="no reference for vLLM 0.16.0"):
+        penalties.reference_version_for("0.16.0")

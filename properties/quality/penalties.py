@@ -47,7 +47,7 @@ class _StorageBuilder(ReferencePenalties):
     def output_tokens(self, rows):
         b = self.batch
         live = b.req_output_token_ids
-        if b is None or len(rows) > len(live) or any(r is not l for r, l in zip(rows, live)):
+        if b is None or len(rows) > len(live) or any(r is not row for r, row in zip(rows, live)):
             return super().output_tokens(rows)
         width = max(map(len, rows), default=0)
         out = np.full((len(rows), width), self.vocab_size, dtype=np.int64)
@@ -81,7 +81,8 @@ class AppendOnlyCache(ReferencePenalties):
         while len(self.cache) < len(rows):
             self.cache.append([])
         for i, row in enumerate(rows):
-            self.cache[i] = (self.cache[i] + list(row[len(self.cache[i]):]))[: max(len(row), len(self.cache[i]))]
+            cached = self.cache[i]
+            self.cache[i] = (cached + list(row[len(cached):]))[: max(len(row), len(cached))]
         view = [c[: len(r)] for c, r in zip(self.cache, rows)]
         return super().output_tokens(view)
 

@@ -10,16 +10,12 @@ required device or vLLM.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from vllm_hotpaths import fixtures, vllm_env
-
-STATUSES = ("pass", "fail", "skip", "expected-divergence")
-
 
 @dataclass
 class Row:
@@ -130,7 +126,7 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
     notes = [f"- {r.hotpath} {r.check} {r.device}: skipped ({'; '.join(sorted(set(r.reasons)))})"
              for r in rows if r.status == "skip"]
     excused = sorted({link for r in rows for link in r.excused})
-    md = [f"# vllm-hotpaths gate", "", f"vLLM: {version or 'not installed'}; profile: {profile}", "",
+    md = ["# vllm-hotpaths gate", "", f"vLLM: {version or 'not installed'}; profile: {profile}", "",
           rendered, ""] + notes + ([""] + [f"- expected divergence: {x}" for x in excused] if excused else [])
     (report_dir / "gate-report.md").write_text("\n".join(md) + "\n")
     print("\n" + rendered)

@@ -14,6 +14,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from packaging.version import Version
+
 
 @dataclass(frozen=True)
 class Contract:
@@ -58,12 +60,9 @@ class HotPath:
         return [(name, resolve(spec), version) for name, (spec, version) in self.fast.items()]
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+def version_key(version: str) -> Version:
+    """Orders vLLM versions as pip does (0.22.0rc1 < 0.22.0 < 0.22.0.post1 < 0.22.1)."""
+    return Version(version)
 
 
 def resolve(spec: str) -> Callable:

@@ -1,9 +1,10 @@
 """Finding the installed vLLM and making its sampler modules run on a CPU-only machine.
 
-vLLM's hot-path modules import and run on CPU torch, with three adjustments made here once,
-after `import vllm` and only when no GPU is visible: vLLM's own `CpuPlatform` becomes the current
-platform (the unspecified fallback asks for pinned memory), and pinned memory is switched off
-where vLLM reads it from a module constant instead of the platform.
+vLLM's hot-path modules import and run on CPU torch. Where no GPU is visible, two variables are
+set before vLLM is imported (no torch.compile of the CPU sampler, CPU target), and after
+`import vllm` vLLM's own `CpuPlatform` becomes the current platform (the unspecified fallback asks
+for pinned memory) and pinned memory is switched off where vLLM reads it from a module constant.
+With a GPU, vLLM is left as it configures itself.
 """
 
 from __future__ import annotations
@@ -24,19 +25,24 @@ def installed_version() -> str | None:
         return None
 
 
+def _no_gpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def set_cpu_environment() -> None:
-    """Variables vLLM and Triton read at import time; call before either is imported."""
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of the CPU sampler
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    """Variables vLLM reads at import time, set where no GPU is visible; call before importing vLLM."""
+    if _no_gpu():
+        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of the CPU sampler
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
 def _adjust_for_cpu() -> None:
     global _adjusted
     if _adjusted:
         return
-    import torch
-
-    if not torch.cuda.is_available():
+    if _no_gpu():
         import vllm.platforms
         from vllm.platforms.cpu import CpuPlatform
 

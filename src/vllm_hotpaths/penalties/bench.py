@@ -80,11 +80,11 @@ def run(device: str = "cpu", quick: bool = False) -> list[dict]:
         timed = _case(device, length, steps, impls)
         size = {"B": BATCH, "V": VOCAB, "L": length}
         what = "output token tensor" if device == "cpu" else "apply_all_penalties, end to end"
-        for baseline in ("reference", "vllm"):
+        for baseline, label in (("reference", "frozen reference"), ("vllm", "installed vLLM")):
             if baseline in timed:
                 records.append({
                     "hotpath": "penalties",
-                    "case": f"{what} ({'frozen reference' if baseline == 'reference' else 'installed vLLM'} vs fast)",
+                    "case": f"{what} ({label} vs fast)",
                     "size": size,
                     "device": device,
                     "reference_s": timed[baseline],
