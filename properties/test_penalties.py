@@ -93,10 +93,6 @@ def test_cuda_reference_matches_compiled_op(program, device, case_log):
         assert_same_step(reference, compiled, step, device, f"step {i} (reference vs compiled op)")
 
 
-def installed_vllm_version() -> str:
-    return vllm_env.installed_version()
-
-
 @pytest.mark.check("conformance")
 @pytest.mark.needs_vllm
 @replayed
@@ -104,7 +100,7 @@ def installed_vllm_version() -> str:
 def test_reference_matches_installed_vllm(program, case_log):
     """Frozen reference == the installed vLLM's `apply_all_penalties` (CPU), via the ledger."""
     case_log.record(program)
-    version = installed_vllm_version()
+    version = vllm_env.installed_version()
     run = PenaltiesRun(program)
     reference = HOTPATH.reference(version)(program.vocab_size, "cpu", run.batch)
     live = registry.resolve(HOTPATH.live)(program.vocab_size, "cpu", run.batch)
@@ -126,7 +122,7 @@ def test_vllm_rejects_what_the_reference_rejects(case, case_log):
     """Ids outside [-1, V] are an error upstream too (deep in scatter_add_), never a tensor."""
     case_log.record(case)
     rows, vocab = case.output_rows(), case.vocab_size
-    reference = HOTPATH.reference(installed_vllm_version())(vocab, "cpu")
+    reference = HOTPATH.reference(vllm_env.installed_version())(vocab, "cpu")
     live = registry.resolve(HOTPATH.live)(vocab, "cpu")
     logits = torch.zeros((len(rows), vocab))
     prompt = torch.full((len(rows), 0), vocab, dtype=torch.int64)

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -70,7 +71,7 @@ def note(label: str) -> None:
 
 # -- generation ---------------------------------------------------------------------------
 def _f32(x: float) -> float:
-    return float(torch.tensor(x, dtype=torch.float32).item())
+    return float(np.float32(x))
 
 
 def token_ids(vocab_size: int) -> st.SearchStrategy[int]:

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 @dataclass(frozen=True)
 class Contract:
-    """What a candidate must provide; documented in the README and checked by the properties."""
+    """What a candidate must provide; documented in the README, checked when `--impl` names one."""
 
     methods: tuple[str, ...]
     doc: str
