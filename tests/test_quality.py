@@ -9,6 +9,7 @@ import json
 import pytest
 
 from properties.quality import penalties as penalties_mutants
+from properties.quality import think_budget as think_budget_mutants
 
 
 @pytest.mark.parametrize("mutant, prop", penalties_mutants.MUTANTS.items())
@@ -25,3 +26,20 @@ def test_penalties_mutant_is_caught(mutant, prop, run_cli, tmp_path):
     assert str(written[0]) in result.stdout
     record = json.loads(written[0].read_text())
     assert record["hotpath"] == "penalties" and mutant in record["source"]
+
+
+@pytest.mark.parametrize("mutant, target", think_budget_mutants.MUTANTS.items())
+def test_think_budget_mutant_is_caught(mutant, target, run_cli, tmp_path):
+    version, prop = target
+    result = run_cli(
+        "-m", "pytest", "properties/test_think_budget.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-k", f"{prop} and not fixtures and not cuda", "--hypothesis-profile", "ci",
+        "--impl", f"think_budget@{version}=properties.quality.think_budget:{mutant}",
+        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    written = list((tmp_path / "think_budget").glob("*.json"))
+    assert len(written) == 1
+    assert str(written[0]) in result.stdout
+    record = json.loads(written[0].read_text())
+    assert record["hotpath"] == "think_budget" and mutant in record["source"]

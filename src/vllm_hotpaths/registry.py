@@ -4,8 +4,8 @@ Properties, the gate, the benchmarks and the plugin ask this module; nothing els
 implementation directly. Implementations are named by `"module:attr"` strings and imported on
 first use, so listing the registry imports neither torch kernels nor vLLM.
 
-Every implementation of a hot path is a factory with one signature, `factory(vocab_size, device,
-batch=None)`, returning an object with the hot path's methods (see `Contract`).
+Every implementation of a hot path is a factory with the signature its `Contract` documents,
+returning an object with the hot path's methods.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class HotPath:
     def candidates(self) -> list[tuple[str, Callable, str]]:
         """(name, factory, reference version) for every implementation under test."""
         if self.name in _impl_overrides:
-            spec = _impl_overrides[self.name]
-            return [(spec, resolve(spec), self.reference_version_for(None))]
+            return [(f"{spec}@{version}", resolve(spec), version)
+                    for spec, version in _impl_overrides[self.name]]
         return [(name, resolve(spec), version) for name, (spec, version) in self.fast.items()]
 
 
@@ -93,6 +93,19 @@ PENALTIES_CONTRACT = Contract(
     ),
 )
 
+THINK_BUDGET_CONTRACT = Contract(
+    methods=("sync_batch", "update_state", "apply_to_logits", "states"),
+    doc=(
+        "factory(config: ThinkConfig, device) -> holder with vLLM's ThinkingBudgetStateHolder API\n"
+        "  sync_batch(batch_update)   removed, added (index, params, prompt, output list), moved\n"
+        "  update_state(rows, spec_token_ids, repeat_indices=None)\n"
+        "  apply_to_logits(logits, predict_bonus_token, spec_token_ids) -> logits (in place)\n"
+        "  states() -> {row: normalized state} (think_budget.reference.normalized_states)\n"
+        "raising InvalidThinkConfig for marker ids outside [0, vocab_size) and InvalidBudget\n"
+        "for budgets the targeted version refuses, with the reference's messages."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -104,10 +117,22 @@ HOTPATHS: dict[str, HotPath] = {
         live_kernels="vllm_hotpaths.penalties.live:LiveRepetitionOp",
         bench="vllm_hotpaths.penalties.bench:run",
     ),
+    "think_budget": HotPath(
+        name="think_budget",
+        upstream="vllm.v1.sample.thinking_budget_state.ThinkingBudgetStateHolder",
+        contract=THINK_BUDGET_CONTRACT,
+        references={"0.22.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference",
+                    "0.33.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference033"},
+        fast={"watermark@0.22.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget", "0.22.0"),
+              "watermark@0.33.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget033", "0.33.0")},
+        live="vllm_hotpaths.think_budget.live:LiveThinkBudget",
+        bench="vllm_hotpaths.think_budget.bench:run",
+    ),
 }
 
-# Set by `--impl name=module:attr`: the candidate replaces the hot path's fast implementations.
-_impl_overrides: dict[str, str] = {}
+# Set by `--impl name[@version]=module:attr`: the candidates replace the hot path's fast
+# implementations, each checked against the reference of its version (default: the newest).
+_impl_overrides: dict[str, list[tuple[str, str]]] = {}
 
 
 def get(name: str) -> HotPath:
@@ -118,11 +143,15 @@ def get(name: str) -> HotPath:
 
 
 def override_implementation(assignment: str) -> None:
-    """Apply one `--impl hotpath=module:attr` option."""
-    name, sep, spec = assignment.partition("=")
+    """Apply one `--impl hotpath[@version]=module:attr` option."""
+    target, sep, spec = assignment.partition("=")
     if not sep:
-        raise ValueError(f"--impl takes hotpath=module:attr, got {assignment!r}")
+        raise ValueError(f"--impl takes hotpath[@version]=module:attr, got {assignment!r}")
+    name, _, version = target.partition("@")
     hotpath = get(name)
+    if version and version not in hotpath.references:
+        raise ValueError(f"{name} has no reference for vLLM {version} "
+                         f"(references: {', '.join(sorted(hotpath.references, key=version_key))})")
     factory = resolve(spec)  # fail early, with the import error, not in the middle of a property
     if not callable(factory):
         raise ValueError(f"{spec!r} is not callable: expected a factory {hotpath.contract.doc}")
@@ -130,4 +159,4 @@ def override_implementation(assignment: str) -> None:
     if missing:
         raise ValueError(f"{spec!r} lacks {', '.join(missing)}; the {name} contract is:\n"
                          f"{hotpath.contract.doc}")
-    _impl_overrides[name] = spec
+    _impl_overrides.setdefault(name, []).append((spec, version or hotpath.reference_version_for(None)))

@@ -52,6 +52,10 @@ def _adjust_for_cpu() -> None:
         platform_utils.is_pin_memory_available.cache_clear()
         if hasattr(torch_utils, "PIN_MEMORY"):
             torch_utils.PIN_MEMORY = False
+        # 0.22 binds PIN_MEMORY as `async_tensor_h2d`'s default when the module is imported.
+        h2d = getattr(torch_utils, "async_tensor_h2d", None)
+        if h2d is not None and h2d.__defaults__ == (True,):
+            h2d.__defaults__ = (False,)
     _adjusted = True
 
 

@@ -1,0 +1,156 @@
+"""Deliberately wrong thinking-budget candidates: each must be caught by the `ci` profile.
+
+Run one with `pytest properties/test_think_budget.py --impl think_budget@0.22.0=properties.quality.think_budget:NAME`;
+`tests/test_quality.py` runs them all and requires a failure with a written fixture.
+
+`PrimeRLWatermark` / `PrimeRLWatermark033` behave like the watermark of prime-rl PR #2772
+(https://github.com/PrimeIntellect-ai/prime-rl/pull/2772), wrapped around each version's
+state machine: a scan position per row, an (m - 1)-token overlap, `-2` for "scanned, not found",
+and a reset of the position (and of markers at or past the end) when the output shrinks. It
+agrees with 0.22 on append-only outputs and diverges when the output shrinks below an end marker
+already found and when a placeholder the scan passed is replaced by a marker; on 0.33 the `-2`
+reads as "found" (`end_thinking != -1`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from vllm_hotpaths.think_budget.fast import RowScan, WatermarkThinkBudget, WatermarkThinkBudget033
+from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference033,
+                                                  find_last, normalized_states)
+
+
+class _PrimeRLScan:
+    def _advance(self, state: dict) -> None:
+        if state["thinking_token_budget"] != -1 and self.end:
+            out = state["output_tok_ids"]
+            hi = len(out)
+            while hi and out[hi - 1] == -1:  # the trailing placeholder run is not scanned yet
+                hi -= 1
+            pos = state.get("_prime_scan_pos", 0)
+            start_in_output = -1 if state["continue_thinking"] else state["start_thinking"]
+            if pos > hi or state["end_thinking"] >= hi or start_in_output >= hi:
+                pos = 0
+                if state["end_thinking"] >= hi:
+                    state["end_thinking"] = -1
+                if start_in_output >= hi:
+                    state["start_thinking"] = -1
+            if state["start_thinking"] == -1:
+                state["start_thinking"] = find_last(out, self.start, max(0, pos - len(self.start) + 1), hi)
+            if state["end_thinking"] < 0:
+                found = find_last(out, self.end, max(0, pos - len(self.end) + 1), hi)
+                state["end_thinking"] = found if found >= 0 else -2
+            state["_prime_scan_pos"] = hi
+            if state["start_thinking"] == -1:
+                return
+        super()._advance(state)
+
+    def states(self):
+        # The sentinel is the patch's private encoding of "not found": report it as -1, so only
+        # differences in behaviour count.
+        normalized = normalized_states(self.rows, self.STATE_KEYS)
+        for record in normalized.values():
+            if record["end_thinking"] == -2:
+                record["end_thinking"] = -1
+        return normalized
+
+
+class PrimeRLWatermark(_PrimeRLScan, ThinkBudgetReference):
+    """prime-rl PR #2772's watermark over 0.22.0's state machine."""
+
+
+class PrimeRLWatermark033(_PrimeRLScan, ThinkBudgetReference033):
+    """prime-rl PR #2772's watermark over 0.33.0's state machine."""
+
+
+class _NoOverlapScan(RowScan):
+    def find_last(self, marker, offset):
+        lo, hi = self.claims.get(id(marker), (0, 0))
+        if hi > lo:  # resume at the watermark itself: a marker straddling it is missed
+            self.claims[id(marker)] = (lo, hi + len(marker) - 1)
+        return super().find_last(marker, offset)
+
+
+class NoOverlap(WatermarkThinkBudget):
+    """Resumes the scan at the old watermark, without the m - 1 token overlap."""
+
+    def _new_state(self, prompt, budget, output):
+        state = super()._new_state(prompt, budget, output)
+        state["_scan"] = _NoOverlapScan()
+        return state
+
+
+class _AppendOnlyScan(RowScan):
+    def _unchanged_prefix(self, row, n):
+        return min(self.n, n)  # trusts that what was scanned never changes
+
+
+class AppendOnlyWatermark(WatermarkThinkBudget):
+    """Never cuts a claim back: rewrites and shrinks below the watermark go unseen."""
+
+    def _new_state(self, prompt, budget, output):
+        state = super()._new_state(prompt, budget, output)
+        state["_scan"] = _AppendOnlyScan()
+        return state
+
+
+class SwapFixIn022(WatermarkThinkBudget):
+    """0.33's SWAP (pop both rows) under 0.22 semantics, where one state lands on both rows."""
+
+    _swap = ThinkBudgetReference033._swap
+
+
+class CommittedRowsIn022(WatermarkThinkBudget):
+    """Does not strip the drafts' count from 0.22's combined rows."""
+
+    def _committed_length(self, state, row):
+        return len(row)
+
+
+class BonusPassForcesInsideDrafts(WatermarkThinkBudget):
+    """Forces at the bonus position even when the force index points inside the drafts."""
+
+    def apply_to_logits(self, logits, predict_bonus_token, spec_token_ids=None):
+        if predict_bonus_token:
+            for state in self.rows.values():
+                if state["in_end"] and state["force_index"]:
+                    state["force_index"] = [0]
+        return super().apply_to_logits(logits, predict_bonus_token, spec_token_ids)
+
+
+class ForcesInfinity(WatermarkThinkBudget033):
+    """Writes +inf instead of 1e9 at the forced id."""
+
+    def apply_to_logits(self, logits, predict_bonus_token, spec_token_ids=None):
+        forced = super().apply_to_logits(logits, predict_bonus_token, spec_token_ids)
+        return forced.masked_fill_(forced == 1e9, float("inf"))
+
+
+class AcceptsNegativeBudget033(WatermarkThinkBudget033):
+    """Runs the 0.33 machine on budgets 0.33 refuses."""
+
+    _budget = ThinkBudgetReference._budget
+
+
+class NoVocabCheck(WatermarkThinkBudget033):
+    """Takes marker ids outside the vocabulary."""
+
+    def __init__(self, config, device="cpu"):
+        super().__init__(dataclasses.replace(config, start_ids=(), end_ids=()), device)
+        self.config, self.start, self.end = config, list(config.start_ids), list(config.end_ids)
+
+
+# mutant -> (the reference version it targets, the property expected to catch it)
+MUTANTS = {
+    "PrimeRLWatermark": ("0.22.0", "test_candidate_matches_reference"),
+    "PrimeRLWatermark033": ("0.33.0", "test_candidate_matches_reference"),
+    "NoOverlap": ("0.22.0", "test_candidate_matches_reference"),
+    "AppendOnlyWatermark": ("0.22.0", "test_candidate_matches_reference"),
+    "SwapFixIn022": ("0.22.0", "test_candidate_matches_reference"),
+    "CommittedRowsIn022": ("0.22.0", "test_candidate_matches_reference"),
+    "BonusPassForcesInsideDrafts": ("0.22.0", "test_candidate_matches_reference"),
+    "ForcesInfinity": ("0.33.0", "test_candidate_matches_reference"),
+    "AcceptsNegativeBudget033": ("0.33.0", "test_bad_config_raises_the_same_error"),
+    "NoVocabCheck": ("0.33.0", "test_bad_config_raises_the_same_error"),
+}
