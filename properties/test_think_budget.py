@@ -29,10 +29,11 @@ pytestmark = pytest.mark.hotpath("think_budget")
 HOLDER_ERRORS = (InvalidBudget, InvalidThinkConfig, ValueError, IndexError, RuntimeError)
 
 
-def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> int:
+def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> tuple[int, int]:
     """Apply one operation; every holder call must give the same result on both holders.
-    Returns how many rows were forcing their end marker after the calls (a search target)."""
-    forcing = 0
+    Returns (rows forcing their end marker, of which past the first draft) summed over the
+    calls: targets that steer generation towards forcing."""
+    forcing = past_first_draft = 0
     for call in run.apply(op):
         where = f"{label}, op {op[0]!r}, {call.label}"
         outcomes = []
@@ -41,6 +42,7 @@ def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> int:
                 outcomes.append(("returned", call.invoke(holder)))
             except HOLDER_ERRORS as err:
                 outcomes.append(("raised", f"{type(err).__name__}: {err}"))
+        run.observe(call, outcomes[0][1])
         (want_kind, want), (got_kind, got) = outcomes
         assert got_kind == want_kind, f"{where}: expected it to have {want_kind} {want}, it {got_kind} {got}"
         if want_kind == "raised":
@@ -57,12 +59,14 @@ def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> int:
                     for r in rows}
             raise AssertionError(f"{where}: state differs (field: (expected, got)): "
                                  f"{ {r: d for r, d in diff.items() if d} }")
-        forcing += sum(state["in_end"] for state in want_states.values())
-        if forcing:
+        forced = [state["force_index"] for state in want_states.values() if state["in_end"]]
+        forcing += len(forced)
+        past_first_draft += sum(1 for f in forced if f and f[0] > 0)
+        if forced:
             note("a row is forcing its end marker")
         if len({state["same_state_as"] for state in want_states.values()}) < len(want_states):
             note("one state object on two rows (0.22 SWAP)")
-    return forcing
+    return forcing, past_first_draft
 
 
 class _Stop(Exception):
@@ -79,22 +83,27 @@ def run_program(program: ThinkProgram, version: str, make_expected, make_actual,
         pass
 
 
+SEEDS, BOOLEANS, COUNTS = st.integers(0, 2**16), st.booleans(), small_counts()
+
+
 def machine(version: str, spec: bool, make_expected, make_actual, device, case_log, label: str):
     """A RuleBasedStateMachine class comparing two holders after every operation."""
 
     class ThinkBudgetMachine(RuleBasedStateMachine):
-        @initialize(config=think_configs(spec))
-        def start(self, config):
+        @initialize(config=think_configs(spec), data=st.data(), requests=st.integers(1, 4))
+        def start(self, config, data, requests):
             self.header = config
-            self.draws = ThinkDraws(config, version)
+            self.draws = ThinkDraws.for_config(config, version)
             self.ops: list[tuple] = []
             self.stopped = False
-            self.forcing = 0
+            self.forcing = [0, 0]
             program = ThinkProgram(**config, ops=())
             case_log.record(program)
             self.run = ThinkRun(program, version, device)
             self.expected = make_expected(program.config)
             self.actual = make_actual(program.config)
+            for _ in range(requests):  # (Hypothesis' swarm testing may switch the `add` rule off)
+                self.add(data, data.draw(BOOLEANS, label="tracked"))
 
         def do(self, *op) -> None:
             if self.stopped:
@@ -102,16 +111,19 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, case_l
             self.ops.append(op)
             case_log.last = ThinkProgram(**self.header, ops=tuple(self.ops))
             try:
-                self.forcing += play(self.run, op, self.expected, self.actual, label)
+                forcing, past_first_draft = play(self.run, op, self.expected, self.actual, label)
+                self.forcing[0] += forcing
+                self.forcing[1] += past_first_draft
             except _Stop:
                 self.stopped = True
 
         def teardown(self):
             if hasattr(self, "ops"):
-                target(float(self.forcing), label="rows forcing their end marker")
+                target(float(self.forcing[0]), label="rows forcing their end marker")
+                target(float(self.forcing[1]), label="forcing past the first draft")
 
         def _step(self, data, spec_as_none: bool = False) -> None:
-            self.do("step", data.draw(st.integers(0, 2**16), label="seed"), spec_as_none)
+            self.do("step", data.draw(SEEDS, label="seed"), spec_as_none)
 
         @rule(data=st.data(), tracked=st.booleans())
         def add(self, data, tracked):
@@ -183,19 +195,23 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, case_l
                 if k:
                     self.drafts(data)
                 if asynchronous:
-                    repair_first = data.draw(st.booleans(), label="repair before the step")
+                    repair_first = data.draw(BOOLEANS, label="repair before the step")
                     self.do("async", data.draw(d.extra_placeholders, label="extra placeholders"))
                     if not repair_first:
                         self._step(data)
-                    self.do("repair", data.draw(small_counts(), label="ids per run"), data.draw(d.token_lists))
+                    self.do("repair", data.draw(COUNTS, label="ids per run"), data.draw(d.token_lists))
                     if repair_first:
                         self._step(data)
-                elif k:
-                    self._step(data)
-                    self.do("accept", data.draw(small_counts(), label="accepted"), data.draw(d.token_lists))
                 else:
                     self._step(data)
-                    self.do("sample", data.draw(d.token_lists))
+                    obeys = data.draw(BOOLEANS, label="the model obeys forcing")
+                    accepted = data.draw(COUNTS, label="accepted")
+                    if obeys:
+                        self.do("obey", accepted, data.draw(d.token_lists))
+                    elif k:
+                        self.do("accept", accepted, data.draw(d.token_lists))
+                    else:
+                        self.do("sample", data.draw(d.token_lists))
 
     return ThinkBudgetMachine
 

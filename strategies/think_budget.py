@@ -18,6 +18,10 @@ Operations (row arguments are taken modulo the number of live rows):
   ("repair", counts, tokens)                 the trailing -1 run of every row becomes
                                              counts[r] % (run + 1) real ids; the rest is deleted
   ("fill", row, nth, token)                  the nth -1 of the row (anywhere) becomes `token`
+  ("obey", accepted, tokens)                  like "accept" (no spec: "sample"), except that a row
+                                             whose logits the reference forced at the last step
+                                             samples the forced id (a draft position forced in
+                                             the target pass rejects the drafts from there)
   ("trim", row, keep)                        del out[keep % (len + 1):] (KV-load discard)
   ("regrow", row, keep, tokens)              trim, then `tokens` appended: positions already
                                              searched get new ids before the next step
@@ -162,6 +166,14 @@ class ThinkRun:
         self.batch = ThinkBatch(program.max_num_seqs)
         self.k = program.num_spec_tokens
         self.markers = set(program.start_ids) | set(program.end_ids)
+        self.forced: dict[str, dict[int, int]] = {}  # pass -> logits row -> forced id
+
+    def observe(self, call: HolderCall, result) -> None:
+        """Remember which ids the reference forced, for the `obey` operation."""
+        if call.method == "apply_to_logits" and isinstance(result, torch.Tensor) and result.numel():
+            rows = result.float().abs().amax(dim=1) >= 1e8  # a forced 1e9 (inf in fp16)
+            ids = result.float().argmax(dim=1)
+            self.forced[call.label] = {int(r): int(ids[r]) for r in rows.nonzero().flatten()}
 
     def _row(self, row: int) -> Request | None:
         live = self.batch.live
@@ -218,6 +230,8 @@ class ThinkRun:
                 if keep < len(req.output):
                     note("output shrinks")
                 del req.output[keep:]
+        elif kind == "obey":
+            self._obey(*args)
         elif kind == "regrow":
             req = self._row(args[0])
             if req is not None:
@@ -230,6 +244,27 @@ class ThinkRun:
             yield from self._sampler(*args)
         else:
             raise ValueError(f"unknown think_budget operation {kind!r}")
+
+    def _obey(self, accepted: Sequence[int], tokens: Sequence[int]) -> None:
+        """What a model does with forced logits: the forced id is sampled (and the drafts after a
+        forced draft position are rejected); rows not forced accept drafts and sample as usual."""
+        no_spec, bonus = self.forced.get("apply (no spec)", {}), self.forced.get("apply (bonus pass)", {})
+        target = self.forced.get("apply (target pass)", {})
+        first_row = 0
+        for r, req in enumerate(self.batch.live):
+            drafts, fallback = req.drafts, tokens[r % len(tokens)]
+            at = [j for j in range(len(drafts)) if first_row + j in target]
+            if at:
+                new = drafts[: at[0]] + [target[first_row + at[0]]]
+                note("forced draft position obeyed")
+            elif r in bonus or r in no_spec:
+                new = drafts + [bonus.get(r, no_spec.get(r))]
+            else:
+                new = drafts[: accepted[r % len(accepted)] % (len(drafts) + 1)] + [fallback]
+            first_row += len(drafts)
+            req.output.extend(new)
+            req.drafts = []
+        self.forced = {}
 
     def _repair(self, out: list[int], count: int, tokens: Sequence[int], r: int) -> None:
         first = len(out)
@@ -302,16 +337,22 @@ def tokens(config: dict) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(marker_ids), plain, plain, plain) if marker_ids else plain
 
 
-@st.composite
-def token_runs(draw, config: dict, max_size: int = 12) -> list[int]:
-    """Random ids, with whole or partial markers spliced in."""
-    out = draw(st.lists(tokens(config), max_size=max_size))
-    for marker in (config["start_ids"], config["end_ids"]):
-        if marker and draw(st.booleans()):
-            piece = list(marker)[: draw(st.integers(1, len(marker)))]
-            at = draw(st.integers(0, len(out)))
-            out[at:at] = piece
+def _splice(parts: tuple, markers: tuple) -> list[int]:
+    out = list(parts[0])
+    for marker, cut in zip(markers, parts[1:]):
+        if cut is not None:  # (length of the marker prefix, where it goes)
+            at = cut[1] % (len(out) + 1)
+            out[at:at] = list(marker)[: cut[0]]
     return out
+
+
+def token_runs(config: dict, max_size: int = 12, ids: st.SearchStrategy[int] | None = None):
+    """Random ids, with whole or partial markers spliced in."""
+    markers = tuple(m for m in (config["start_ids"], config["end_ids"]) if m)
+    cuts = [st.one_of(st.none(), st.tuples(st.integers(1, len(m)), st.integers(0, max_size)))
+            for m in markers]
+    base = st.lists(tokens(config) if ids is None else ids, max_size=max_size)
+    return st.tuples(base, *cuts).map(lambda parts: _splice(parts, markers))
 
 
 def budgets(version: str) -> st.SearchStrategy[int | None]:
@@ -322,23 +363,31 @@ def budgets(version: str) -> st.SearchStrategy[int | None]:
     return valid
 
 
-@st.composite
-def prompts(draw, config: dict) -> list[int] | None:
-    """None (prompt embeds), plain, inside a think block (maybe over budget), ending with part
-    of a marker that the output completes."""
-    if draw(st.integers(0, 7)) == 0:
+PROMPT_SHAPES = ("plain", "in think", "partial end", "partial start")
+
+
+def _prompt(parts: tuple, config: dict) -> list[int] | None:
+    absent, prompt, shape, cut, thought = parts
+    if absent:
         return None
-    prompt = draw(token_runs(config, max_size=10))
-    shape = draw(st.sampled_from(("plain", "in think", "partial end", "partial start")))
     start, end = list(config["start_ids"]), list(config["end_ids"])
     if shape == "in think" and start:
-        prompt += start + draw(st.lists(tokens(config), max_size=6))
+        prompt = prompt + start + list(thought)
     elif shape == "partial end" and len(end) > 1:
-        prompt += end[: draw(st.integers(1, len(end) - 1))]
+        prompt = prompt + end[: 1 + cut % (len(end) - 1)]
     elif shape == "partial start" and len(start) > 1:
-        prompt += start[: draw(st.integers(1, len(start) - 1))]
-    note(f"prompt: {shape if prompt else 'none/empty'}")
+        prompt = prompt + start[: 1 + cut % (len(start) - 1)]
+    note(f"prompt: {shape if prompt else 'empty'}")
     return prompt
+
+
+def prompts(config: dict, ids: st.SearchStrategy[int] | None = None):
+    """None (prompt embeds), plain, inside a think block (maybe over budget), ending with part
+    of a marker that the output completes."""
+    ids = tokens(config) if ids is None else ids
+    parts = st.tuples(st.integers(0, 7).map(lambda n: n == 0), token_runs(config, 10, ids),
+                      st.sampled_from(PROMPT_SHAPES), st.integers(0, 3), st.lists(ids, max_size=6))
+    return parts.map(lambda p: _prompt(p, config))
 
 
 def small_counts(max_value: int = 3) -> st.SearchStrategy[tuple[int, ...]]:
@@ -346,7 +395,18 @@ def small_counts(max_value: int = 3) -> st.SearchStrategy[tuple[int, ...]]:
 
 
 class ThinkDraws:
-    """The strategies one machine run draws from, built once for its configuration."""
+    """The strategies a machine run draws from. Built once per configuration and version
+    (`for_config`): Hypothesis validates each new strategy object on its first draw, which would
+    otherwise dominate the cost of every example and every shrink."""
+
+    _cache: dict = {}
+
+    @classmethod
+    def for_config(cls, config: dict, version: str) -> "ThinkDraws":
+        key = (tuple(sorted(config.items())), version)
+        if key not in cls._cache:
+            cls._cache[key] = cls(config, version)
+        return cls._cache[key]
 
     def __init__(self, config: dict, version: str) -> None:
         k = config["num_spec_tokens"]
@@ -354,10 +414,12 @@ class ThinkDraws:
         marker_ids = sorted(set(config["start_ids"]) | set(config["end_ids"]))
         self.marker_tokens = st.one_of(st.sampled_from(marker_ids), self.tokens) if marker_ids else self.tokens
         self.token_lists = st.lists(self.tokens, min_size=1, max_size=4).map(tuple)
-        self.outputs = token_runs(config, max_size=8).map(tuple)
-        self.prompts = prompts(config)
+        self.outputs = token_runs(config, 8, self.tokens).map(tuple)
+        self.prompts = prompts(config, self.tokens)
         self.budgets = budgets(version)
-        self.drafts = st.lists(token_runs(config, max_size=k).map(tuple), min_size=1, max_size=4).map(tuple)
+        full = st.lists(self.tokens, min_size=k, max_size=k)  # a proposer usually fills all k
+        runs = st.one_of(full, full, token_runs(config, k, self.tokens)).map(tuple)
+        self.drafts = st.lists(runs, min_size=1, max_size=4).map(tuple)
         self.extra_placeholders = small_counts(k)
 
 

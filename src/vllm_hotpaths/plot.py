@@ -15,8 +15,12 @@ def plot_bench(records: list[dict], path: Path) -> None:
     panels = defaultdict(list)
     for r in records:
         panels[(r["hotpath"], r["device"], r["case"])].append(r)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    for ax, ((hotpath, device, case), rows) in zip(axes[0], panels.items()):
+    cols = min(4, len(panels))
+    rows_of_panels = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows_of_panels, cols, figsize=(5.5 * cols, 4 * rows_of_panels), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, ((hotpath, device, case), rows) in zip(axes.flat, panels.items()):
         driver = next(k for k in ("L", "V", "B") if k in rows[0]["size"])
         xs = [r["size"][driver] for r in rows]
         ax.loglog(xs, [r["reference_s"] * 1e3 for r in rows], "o-", label="baseline")
