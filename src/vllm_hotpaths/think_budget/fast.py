@@ -29,7 +29,7 @@ _watcher_keys = itertools.count(1 << 40)  # apart from other watchers' keys
 
 def common_prefix(row: Sequence[int], copy: list[int], limit: int) -> int:
     """Length of the longest equal prefix of row[:limit] and copy[:limit]."""
-    if row[:limit] == copy[:limit]:
+    if row[:limit] == (copy if limit == len(copy) else copy[:limit]):
         return limit
     lo, hi = 0, limit  # row[:lo] equals, row[:hi] does not
     while hi - lo > 32:
