@@ -119,8 +119,9 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, case_l
 
         def teardown(self):
             if hasattr(self, "ops"):
-                target(float(self.forcing[0]), label="rows forcing their end marker")
-                target(float(self.forcing[1]), label="forcing past the first draft")
+                # Capped: enough forcing to exercise it, without rewarding ever longer runs.
+                target(float(min(self.forcing[0], 24)), label="rows forcing their end marker")
+                target(float(min(self.forcing[1], 8)), label="forcing past the first draft")
 
         def _step(self, data, spec_as_none: bool = False) -> None:
             self.do("step", data.draw(SEEDS, label="seed"), spec_as_none)
