@@ -43,3 +43,23 @@ def test_think_budget_mutant_is_caught(mutant, target, run_cli, tmp_path):
     assert str(written[0]) in result.stdout
     record = json.loads(written[0].read_text())
     assert record["hotpath"] == "think_budget" and mutant in record["source"]
+
+
+# The committed fixtures that show each flaw of prime-rl PR #2772's watermark.
+PRIME_RL_FLAWS = {
+    "PrimeRLWatermark@0.22.0-ThinkProgram-e180b62b7191": "0.22: output shrinks below a found end",
+    "PrimeRLWatermark@0.22.0-ThinkProgram-574be9a32454": "0.22: interior placeholder becomes a marker",
+    "PrimeRLWatermark033@0.33.0-ThinkProgram-3bcfb5ba8c78": "0.33: -2 read as a found end",
+}
+
+
+def test_prime_rl_flaws_fail_on_their_fixtures(run_cli, tmp_path):
+    result = run_cli(
+        "-m", "pytest", "properties/test_think_budget.py", "-q", "-rf", "-p", "no:cacheprovider",
+        "-k", "on_fixtures and not installed and cpu", "--fixture-dir", str(tmp_path),
+        "--impl", "think_budget@0.22.0=properties.quality.think_budget:PrimeRLWatermark",
+        "--impl", "think_budget@0.33.0=properties.quality.think_budget:PrimeRLWatermark033",
+    )
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
+    for fixture, flaw in PRIME_RL_FLAWS.items():
+        assert any(f"{fixture}]" in line for line in failed), f"{flaw}: not caught\n{result.stdout[-3000:]}"
