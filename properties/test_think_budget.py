@@ -22,11 +22,12 @@ from strategies.think_budget import (BadConfig, ThinkDraws, ThinkProgram, ThinkR
 from vllm_hotpaths import fixtures, registry, vllm_env
 from vllm_hotpaths.bits import assert_same_bits
 from vllm_hotpaths.registry import version_key
-from vllm_hotpaths.think_budget import BatchUpdate, InvalidBudget, InvalidThinkConfig, Params
+from vllm_hotpaths.think_budget import BatchUpdate, InvalidBudget, InvalidThinkConfig, Params, ThinkConfig
 
 HOTPATH = registry.get("think_budget")
 pytestmark = pytest.mark.hotpath("think_budget")
-HOLDER_ERRORS = (InvalidBudget, InvalidThinkConfig, ValueError, IndexError, RuntimeError)
+# The errors a holder may raise on purpose; anything else fails the property where it happens.
+HOLDER_ERRORS = (InvalidBudget, InvalidThinkConfig)
 
 
 def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> tuple[int, int]:
@@ -270,6 +271,23 @@ def test_reference_matches_installed_vllm_on_fixtures(fixture, case_log):
     version = vllm_env.installed_version()
     run_program(fixture, HOTPATH.reference_version_for(version), make(HOTPATH.reference(version), "cpu"),
                 make(registry.resolve(HOTPATH.live), "cpu"), "cpu", f"reference vs vLLM {version}")
+
+
+@pytest.mark.check("equivalence")
+def test_half_precision_logits_are_refused_when_forcing(candidate, device, case_log):
+    """float16 cannot hold the forced 1e9: the same clear error on both sides, not torch's."""
+    name, factory, version = candidate
+    config = ThinkConfig((7,), (8,), 12, max_num_seqs=1)
+    errors = []
+    for make_holder in (HOTPATH.reference(version), factory):
+        holder = make_holder(config, device)
+        holder.sync_batch(BatchUpdate(1, (), [(0, Params(0), [7, 1], [])], []))  # over budget at once
+        holder.update_state([[]], None)
+        with pytest.raises(ValueError) as caught:
+            holder.apply_to_logits(torch.zeros(1, 12, dtype=torch.float16, device=device), False, None)
+        errors.append(str(caught.value))
+    case_log.record(config)
+    assert errors[1] == errors[0] and "float16" in errors[0]
 
 
 def refusal(factory, case: BadConfig) -> str:

@@ -43,7 +43,7 @@ from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.think_budget import BatchUpdate, Move, Params, ThinkConfig
 from vllm_hotpaths.tracked_list import TrackedTokenList
 
-LOGITS_DTYPES = ("float32", "bfloat16", "float16")
+LOGITS_DTYPES = ("float32", "bfloat16")  # vLLM's sampler works on float32; float16 cannot hold 1e9
 
 
 @dataclass(frozen=True)
@@ -306,7 +306,7 @@ class ThinkRun:
 
 
 # -- generation ------------------------------------------------------------------------------------
-# Marker shapes the issue lists, over ids 0..9: single/multi-token, self-overlapping end, start a
+# Marker shapes with known edge cases, over ids 0..9: single/multi-token, self-overlapping end, start a
 # prefix of end, start == end, empty start, empty end, end a prefix of start.
 MARKER_SHAPES = (
     ((7,), (8,)), ((7,), (8, 9)), ((7, 6), (8, 9)), ((7,), (9, 9)), ((5,), (5, 6)), ((5,), (5,)),

@@ -310,6 +310,9 @@ class ThinkBudgetReference:
                     else:
                         state["bonus_token_forced"] = True
         if positions:
+            if torch.finfo(logits.dtype).max < FORCED_LOGIT:  # upstream fails here, inside torch
+                raise ValueError(f"{logits.dtype} logits cannot hold the forced value {FORCED_LOGIT:g} "
+                                 "(vLLM's sampler works on float32 logits)")
             index = (torch.tensor(positions, dtype=torch.long).to(logits.device),
                      torch.tensor(tokens, dtype=torch.long).to(logits.device))
             logits.index_put_(index, logits.new_full((len(positions),), FORCED_LOGIT))
