@@ -278,6 +278,7 @@ def test_half_precision_logits_are_refused_when_forcing(candidate, device, case_
     """float16 cannot hold the forced 1e9: the same clear error on both sides, not torch's."""
     name, factory, version = candidate
     config = ThinkConfig((7,), (8,), 12, max_num_seqs=1)
+    case_log.record(config)
     errors = []
     for make_holder in (HOTPATH.reference(version), factory):
         holder = make_holder(config, device)
@@ -286,7 +287,6 @@ def test_half_precision_logits_are_refused_when_forcing(candidate, device, case_
         with pytest.raises(ValueError) as caught:
             holder.apply_to_logits(torch.zeros(1, 12, dtype=torch.float16, device=device), False, None)
         errors.append(str(caught.value))
-    case_log.record(config)
     assert errors[1] == errors[0] and "float16" in errors[0]
 
 

@@ -20,12 +20,17 @@ def test_penalties_mutant_is_caught(mutant, prop, run_cli, tmp_path):
         "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
         VLLM_HOTPATHS_NO_REPLAY="1",
     )
+    assert_caught_with_fixture(result, tmp_path, "penalties", mutant)
+
+
+def assert_caught_with_fixture(result, fixture_dir, hotpath: str, mutant: str) -> None:
+    """The run failed and wrote exactly one fixture, named in its output, from this mutant."""
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
-    written = list((tmp_path / "penalties").glob("*.json"))
+    written = list((fixture_dir / hotpath).glob("*.json"))
     assert len(written) == 1
     assert str(written[0]) in result.stdout
     record = json.loads(written[0].read_text())
-    assert record["hotpath"] == "penalties" and mutant in record["source"]
+    assert record["hotpath"] == hotpath and mutant in record["source"]
 
 
 @pytest.mark.parametrize("mutant, target", think_budget_mutants.MUTANTS.items())
@@ -37,12 +42,7 @@ def test_think_budget_mutant_is_caught(mutant, target, run_cli, tmp_path):
         "--impl", f"think_budget@{version}=properties.quality.think_budget:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
     )
-    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
-    written = list((tmp_path / "think_budget").glob("*.json"))
-    assert len(written) == 1
-    assert str(written[0]) in result.stdout
-    record = json.loads(written[0].read_text())
-    assert record["hotpath"] == "think_budget" and mutant in record["source"]
+    assert_caught_with_fixture(result, tmp_path, "think_budget", mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark.

@@ -75,10 +75,7 @@ class _NoOverlapScan(RowScan):
 class NoOverlap(WatermarkThinkBudget):
     """Resumes the scan at the old watermark, without the m - 1 token overlap."""
 
-    def _new_state(self, prompt, budget, output):
-        state = super()._new_state(prompt, budget, output)
-        state["_scan"] = _NoOverlapScan()
-        return state
+    scan_type = _NoOverlapScan
 
 
 class _AppendOnlyScan(RowScan):
@@ -89,10 +86,7 @@ class _AppendOnlyScan(RowScan):
 class AppendOnlyWatermark(WatermarkThinkBudget):
     """Never cuts a claim back: rewrites and shrinks below the watermark go unseen."""
 
-    def _new_state(self, prompt, budget, output):
-        state = super()._new_state(prompt, budget, output)
-        state["_scan"] = _AppendOnlyScan()
-        return state
+    scan_type = _AppendOnlyScan
 
 
 class SwapFixIn022(WatermarkThinkBudget):

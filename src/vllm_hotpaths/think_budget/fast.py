@@ -111,9 +111,11 @@ class RowScan:
 class _WatermarkHooks:
     """The output hooks of the reference state machine, without the full rescans and copies."""
 
+    scan_type = RowScan
+
     def _new_state(self, prompt, budget, output):
         state = super()._new_state(prompt, budget, output)
-        state["_scan"] = RowScan()
+        state["_scan"] = self.scan_type()
         return state
 
     def _drop(self, index: int) -> None:
