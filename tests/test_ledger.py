@@ -57,3 +57,13 @@ def test_versions_order_like_pip():
     assert penalties.reference_version_for("0.23.0") == "0.22.0"
     with pytest.raises(LookupError, match="no reference for vLLM 0.16.0"):
         penalties.reference_version_for("0.16.0")
+
+
+def test_fixed_in_ends_the_range(monkeypatch):
+    fixed = KnownDivergence(hotpath="demo", first_version="0.16.0", last_version=None, fixed_in="0.33.0",
+                            link="https://example.invalid/issue/2", summary="fixed later",
+                            affects=lambda case: True)
+    monkeypatch.setattr(ledger, "LEDGER", [fixed])
+    assert check_conformance("demo", "0.32.9", "any", differ) is fixed
+    with pytest.raises(AssertionError, match="differ"):
+        check_conformance("demo", "0.33.0", "any", differ)

@@ -23,17 +23,37 @@ class KnownDivergence:
     link: str
     summary: str
     affects: Callable[[object], bool]  # predicate over the property's case
+    fixed_in: str | None = None  # a version checked to be unaffected: the range ends before it
 
     def covers(self, hotpath: str, vllm_version: str, case: object) -> bool:
-        if hotpath != self.hotpath or version_key(vllm_version) < version_key(self.first_version):
+        version = version_key(vllm_version)
+        if hotpath != self.hotpath or version < version_key(self.first_version):
             return False
-        if self.last_version is not None and version_key(vllm_version) > version_key(self.last_version):
+        if self.last_version is not None and version > version_key(self.last_version):
+            return False
+        if self.fixed_in is not None and version >= version_key(self.fixed_in):
             return False
         return bool(self.affects(case))
 
 
-# Penalties in 0.22.0 have no known divergence from the reference; later hot paths add theirs.
-LEDGER: list[KnownDivergence] = []
+# swap_states: both mask bugs were seen in 0.22.0 and are gone in 0.33.0; the first fixed release
+# in between is not pinned down (an entry that goes stale on one says so).
+LEDGER: list[KnownDivergence] = [
+    KnownDivergence(
+        hotpath="swap_states", first_version="0.16.0", last_version=None, fixed_in="0.33.0",
+        link="https://github.com/vllm-project/vllm/pull/48419",
+        summary="swap_states assigns allowed-token mask row views to each other: both rows end up "
+                "with the second row's mask",
+        affects=lambda case: getattr(case, "swaps_different_masks", False),
+    ),
+    KnownDivergence(
+        hotpath="swap_states", first_version="0.16.0", last_version=None, fixed_in="0.33.0",
+        link="https://github.com/vllm-project/vllm/issues/43894",
+        summary="condense leaves the moved request's allowed-token mask in the vacated row; the next "
+                "request without allowed ids added there inherits it",
+        affects=lambda case: getattr(case, "unmasked_add_to_stale_row", False),
+    ),
+]
 
 
 class LedgerEntryStale(AssertionError):

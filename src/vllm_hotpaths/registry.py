@@ -106,6 +106,18 @@ THINK_BUDGET_CONTRACT = Contract(
     ),
 )
 
+SWAP_STATES_CONTRACT = Contract(
+    methods=("swap_states", "condense"),
+    doc=(
+        "factory(moves) -> object with\n"
+        "  swap_states(batch, i1, i2)  InputBatch.swap_states; raises InvalidRow (a ValueError) for\n"
+        "      an empty row or an index outside the batch, before anything moves\n"
+        "  condense(batch)             InputBatch.condense\n"
+        "batch: vLLM's InputBatch or swap_states.state.BatchState (same attribute names);\n"
+        "moves: has SWAP and UNIDIRECTIONAL, the directions recorded in batch_update_builder.moved."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -127,6 +139,17 @@ HOTPATHS: dict[str, HotPath] = {
               "watermark@0.33.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget033", "0.33.0")},
         live="vllm_hotpaths.think_budget.live:LiveThinkBudget",
         bench="vllm_hotpaths.think_budget.bench:run",
+    ),
+    "swap_states": HotPath(
+        name="swap_states",
+        upstream="vllm.v1.worker.gpu_input_batch.InputBatch.swap_states / condense",
+        contract=SWAP_STATES_CONTRACT,
+        references={"0.16.0": "vllm_hotpaths.swap_states.reference:FullRowSwap",
+                    "0.33.0": "vllm_hotpaths.swap_states.reference:FullRowSwap033"},
+        fast={"active-prefix@0.16.0": ("vllm_hotpaths.swap_states.fast:ActivePrefixSwap", "0.16.0"),
+              "active-prefix@0.33.0": ("vllm_hotpaths.swap_states.fast:ActivePrefixSwap033", "0.33.0")},
+        live="vllm_hotpaths.swap_states.live:live_batch",
+        bench="vllm_hotpaths.swap_states.bench:run",
     ),
 }
 

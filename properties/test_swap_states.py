@@ -1,0 +1,242 @@
+"""swap_states properties: candidate == frozen reference (0.16.0 semantics) on the standalone
+batch and on vLLM's own InputBatch, and reference == the installed vLLM's InputBatch.
+
+A Hypothesis state machine adds requests (prompts up to max_model_len, outputs with async -1
+placeholders, embedding prompts, allowed-token masks, generators, bad words, LoRA ids), removes
+them (one, several, all; re-adds fill the holes), sets drafts, appends tokens, swaps rows
+(equal and unequal active lengths, a row with itself, empty rows, rows out of range) and
+condenses. After every operation the batches must agree under the oracle
+(`vllm_hotpaths.swap_states.oracle`); a refused swap must be refused the same way, before
+anything moved. The operations run are the case: a failure writes them as a fixture.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
+
+from strategies.penalties import note
+from strategies.swap_states import (Side, SwapProgram, SwapRun, UpstreamMethods, add_ops, programs_header,
+                                    standalone, vllm_batch)
+from vllm_hotpaths import fixtures, ledger, registry, vllm_env
+from vllm_hotpaths.swap_states import check_swap_rows, InvalidRow
+from vllm_hotpaths.swap_states.oracle import MASK, assert_same_on_device, differences, mask_rows_differing
+from vllm_hotpaths.think_budget import Move
+
+HOTPATH = registry.get("swap_states")
+pytestmark = pytest.mark.hotpath("swap_states")
+
+
+class Equivalence:
+    """Second side (candidate) == first side (reference) after every operation."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def before(self, run: SwapRun, op: tuple) -> None:
+        pass
+
+    def after(self, run: SwapRun, op: tuple, outcome: tuple) -> None:
+        (expected, actual) = run.sides
+        status, detail = outcome
+        if status == "refused":
+            want, got = detail
+            assert got == want, f"op {op}: swap outcome {got!r}, expected {want!r}"
+            assert "swap_states" in want and any(str(i) in want for i in op[1:]), want
+            note("a swap refused")
+        found = differences(expected.batch, actual.batch, expected.lists, actual.lists)
+        assert not found, f"after op {op}: {found}"
+        if self.device != "cpu":
+            assert_same_on_device(expected.batch, actual.batch, self.device)
+
+
+class MaskCase:
+    """What the ledger's swap_states entries look at: the operation about to run; whether it swaps
+    two rows with different allowed masks; whether it adds a request without allowed ids to a row
+    that holds no request but still a mask (only vLLM's condense leaves one: removal clears it)."""
+
+    def __init__(self, op: tuple, swaps_different_masks: bool, unmasked_add_to_stale_row: bool) -> None:
+        self.op = op
+        self.swaps_different_masks = swaps_different_masks
+        self.unmasked_add_to_stale_row = unmasked_add_to_stale_row
+
+
+class Conformance:
+    """Second side (the installed vLLM's InputBatch and its own methods) == first side (reference
+    on the standalone batch). The ledger excuses exactly its allowed-mask divergences; the rows
+    it excused then get the reference's mask, so later operations are judged on their own."""
+
+    def __init__(self, case_log) -> None:
+        self.case_log = case_log
+        self.version = vllm_env.installed_version()
+        self.case = None
+
+    def before(self, run: SwapRun, op: tuple) -> None:
+        reference, upstream = run.sides[0].batch, run.sides[1].batch
+        mask = reference.allowed_token_ids_mask_cpu_tensor
+        swaps = adds = False
+        if op[0] == "swap" and mask is not None:
+            i1, i2 = op[1], op[2]
+            swaps = i1 != i2 and not torch.equal(mask[i1], mask[i2])
+        if op[0] == "add" and mask is not None and op[7] == 0:
+            holes = reference.batch_update_builder._removed
+            row = min(holes) if holes else reference.num_reqs
+            adds = row < reference.max_num_reqs and bool(upstream.allowed_token_ids_mask_cpu_tensor[row].any())
+        self.case = MaskCase(op, swaps, adds)
+
+    def after(self, run: SwapRun, op: tuple, outcome: tuple) -> None:
+        reference, upstream = run.sides[0].batch, run.sides[1].batch
+        found = differences(reference, upstream, run.sides[0].lists, run.sides[1].lists)
+        mask_difference = found.pop(MASK, None)
+        assert not found, f"after op {op}: vLLM {self.version} differs from the reference: {found}"
+
+        def compare():
+            assert mask_difference is None, f"after op {op}: allowed-token mask {mask_difference}"
+
+        entry = ledger.check_conformance("swap_states", self.version, self.case, compare)
+        if entry is not None:
+            self.case_log.excuse(entry)
+            note(f"excused: {entry.link}")
+            for row in mask_rows_differing(reference, upstream):
+                upstream.allowed_token_ids_mask_cpu_tensor[row] = reference.allowed_token_ids_mask_cpu_tensor[row]
+
+
+def _valid(batch, i1, i2) -> bool:
+    try:
+        check_swap_rows(batch, i1, i2)
+        return True
+    except InvalidRow:
+        return False
+
+
+def machine(make_sides, checker, case_log, valid_swaps_only: bool = False):
+    class SwapStatesMachine(RuleBasedStateMachine):
+        @initialize(header=programs_header(), data=st.data(), requests=st.integers(1, 6))
+        def start(self, header, data, requests):
+            self.header = header
+            self.adds = add_ops(header)
+            self.ops: list[tuple] = []
+            program = SwapProgram(**header, ops=())
+            case_log.record(program)
+            self.run = SwapRun(program, make_sides(program))
+            for _ in range(min(requests, header["max_num_reqs"])):  # swarm testing may switch `add` off
+                self.do(data.draw(self.adds, label="add"))
+
+        def do(self, *op) -> None:
+            op = op[0] if len(op) == 1 and isinstance(op[0], tuple) else op
+            if op[0] == "swap" and valid_swaps_only and not _valid(self.run.lead, op[1], op[2]):
+                return
+            self.ops.append(op)
+            case_log.last = SwapProgram(**self.header, ops=tuple(self.ops))
+            checker.before(self.run, op)
+            checker.after(self.run, op, self.run.apply(op))
+
+        def _request(self, data) -> int:
+            return data.draw(st.integers(0, 2 * self.header["max_num_reqs"]), label="request")
+
+        @rule(data=st.data())
+        def add(self, data):
+            self.do(data.draw(self.adds, label="add"))
+
+        @rule(data=st.data())
+        def remove(self, data):
+            self.do("remove", self._request(data))
+
+        @rule()
+        def remove_all(self):
+            self.do("remove_all",)
+
+        @rule(data=st.data(), drafts=st.lists(st.integers(0, 23), max_size=4).map(tuple))
+        def drafts(self, data, drafts):
+            self.do("drafts", self._request(data), tuple(d % self.header["vocab_size"] for d in drafts))
+
+        @rule(data=st.data(), token=st.integers(-1, 23))
+        def token(self, data, token):
+            self.do("token", self._request(data), min(token, self.header["vocab_size"] - 1))
+
+        @rule(data=st.data())
+        def swap(self, data):
+            rows = len(self.run.lead._req_ids)
+            index = st.one_of(st.integers(0, max(rows - 1, 0)), st.integers(-2, self.header["max_num_reqs"] + 1))
+            self.do("swap", data.draw(index, label="i1"), data.draw(index, label="i2"))
+
+        @rule()
+        def condense(self):
+            self.do("condense",)
+
+        @rule()
+        def end_step(self):
+            self.do("end_step",)
+
+    return SwapStatesMachine
+
+
+def replay(program: SwapProgram, make_sides, checker, valid_swaps_only: bool = False) -> None:
+    run = SwapRun(program, make_sides(program))
+    for op in program.ops:
+        if op[0] == "swap" and valid_swaps_only and not _valid(run.lead, op[1], op[2]):
+            continue
+        checker.before(run, op)
+        checker.after(run, op, run.apply(op))
+
+
+def _candidate_sides(candidate, on_vllm: bool):
+    _, factory, version = candidate
+    reference = HOTPATH.reference(version)
+
+    def make_sides(program):
+        if on_vllm:
+            from vllm_hotpaths.swap_states.live import move_directions
+
+            return [Side(standalone(program, vllm_env.installed_version()), reference(Move)),
+                    Side(vllm_batch(program), factory(move_directions()), vllm=True)]
+        return [Side(standalone(program, version), reference(Move)),
+                Side(standalone(program, version), factory(Move))]
+
+    return make_sides
+
+
+def _upstream_sides(program):
+    version = vllm_env.installed_version()
+    return [Side(standalone(program, version), HOTPATH.reference(version)(Move)),
+            Side(vllm_batch(program), UpstreamMethods(), vllm=True)]
+
+
+FIXTURES = fixtures.load(fixtures.REGRESSIONS, "swap_states", SwapProgram)
+FIXTURE_IDS = [path.stem for path, _ in FIXTURES]
+
+
+@pytest.mark.check("equivalence")
+def test_candidate_matches_reference(candidate, device, case_log):
+    run_state_machine_as_test(machine(_candidate_sides(candidate, False), Equivalence(device), case_log))
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.parametrize("program", [p for _, p in FIXTURES], ids=FIXTURE_IDS)
+def test_candidate_matches_reference_on_fixtures(candidate, device, program, case_log):
+    case_log.record(program)
+    replay(program, _candidate_sides(candidate, False), Equivalence(device))
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.devices("cpu")
+@pytest.mark.check("equivalence")
+def test_candidate_on_vllm_input_batch(candidate, device, case_log):
+    """The candidate runs on vLLM's own InputBatch (what the plugin installs) as on the standalone."""
+    run_state_machine_as_test(machine(_candidate_sides(candidate, True), Equivalence(device), case_log))
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.check("conformance")
+def test_reference_matches_installed_vllm(case_log):
+    run_state_machine_as_test(machine(_upstream_sides, Conformance(case_log), case_log, valid_swaps_only=True))
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.check("conformance")
+@pytest.mark.parametrize("program", [p for _, p in FIXTURES], ids=FIXTURE_IDS)
+def test_reference_matches_installed_vllm_on_fixtures(program, case_log):
+    case_log.record(program)
+    replay(program, _upstream_sides, Conformance(case_log), valid_swaps_only=True)

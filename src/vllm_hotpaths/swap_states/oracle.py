@@ -1,0 +1,153 @@
+"""When two batches hold the same requests in the same rows: the swap_states oracle.
+
+Compared exactly, after every operation:
+- the row -> request list (holes included, and its length) and the id -> row map;
+- per live row: the active prefix of `is_token_ids`, and of `token_ids_cpu` where
+  `is_token_ids` is set (a prompt given as embeddings leaves its token ids unwritten);
+- per live row: every per-row scalar by bit pattern; its output and draft list *objects* (each
+  batch must still hold the very list it was given or created for that request) and their
+  contents; prompt embeddings, generator and bad words by identity; block-table counts and full
+  rows (columns past the narrower table's width must be 0); allowed-token mask rows;
+- the recorded moves and the rows still listed as removed.
+Not compared: anything past a row's active prefix, and rows without a request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from vllm_hotpaths.bits import assert_same_bits
+from vllm_hotpaths.swap_states import COUNT_ARRAYS, SAMPLING_ARRAYS, SAMPLING_DICTS, active_count
+
+MASK = "allowed_token_ids_mask"
+
+
+@dataclass
+class Lists:
+    """The list objects one batch holds per request: outputs handed in, drafts it created."""
+
+    outputs: dict[str, list] = field(default_factory=dict)
+    drafts: dict[str, list] = field(default_factory=dict)
+
+    def record_add(self, batch, req_id: str, output: list) -> None:
+        self.outputs[req_id] = output
+        self.drafts[req_id] = batch.spec_token_ids[batch.req_id_to_index[req_id]]
+
+
+def live_rows(batch) -> list[int]:
+    return [r for r, req_id in enumerate(batch._req_ids) if req_id is not None]
+
+
+def _bits(values: np.ndarray) -> np.ndarray:
+    return values.view(f"u{values.itemsize}") if values.dtype.kind == "f" else values
+
+
+def differences(expected, actual, lists_expected: Lists, lists_actual: Lists) -> dict[str, str]:
+    """Field -> first difference found; empty when the batches agree under the oracle."""
+    found: dict[str, str] = {}
+    if list(actual._req_ids) != list(expected._req_ids):
+        found["rows"] = f"requests by row {actual._req_ids}, expected {expected._req_ids}"
+        return found  # every other field is per row: nothing more to say
+    if actual.req_id_to_index != expected.req_id_to_index:
+        found["req_id_to_index"] = f"{actual.req_id_to_index}, expected {expected.req_id_to_index}"
+    rows = live_rows(expected)
+    if len(actual.req_output_token_ids) != len(expected.req_output_token_ids):
+        found["req_output_token_ids"] = (f"{len(actual.req_output_token_ids)} entries, expected "
+                                         f"{len(expected.req_output_token_ids)}")
+    for r in rows:
+        req_id = expected._req_ids[r]
+        for lists, batch in ((lists_expected, expected), (lists_actual, actual)):
+            if batch.req_output_token_ids[r] is not lists.outputs[req_id]:
+                found.setdefault("req_output_token_ids", f"row {r} ({req_id}) holds another list object")
+            if batch.spec_token_ids[r] is not lists.drafts[req_id]:
+                found.setdefault("spec_token_ids", f"row {r} ({req_id}) holds another draft list object")
+        if list(actual.req_output_token_ids[r]) != list(expected.req_output_token_ids[r]):
+            found.setdefault("req_output_token_ids", f"row {r} content differs")
+        if list(actual.spec_token_ids[r]) != list(expected.spec_token_ids[r]):
+            found.setdefault("spec_token_ids", f"row {r}: {actual.spec_token_ids[r]}, expected "
+                                               f"{expected.spec_token_ids[r]}")
+        n = active_count(expected, r)
+        is_token = expected.is_token_ids[r, :n]
+        for name in ("is_token_ids", "token_ids_cpu"):
+            got, want = getattr(actual, name)[r, :n], getattr(expected, name)[r, :n]
+            if name == "token_ids_cpu":  # embedding positions carry no token id
+                got, want = np.where(is_token, got, 0), np.where(is_token, want, 0)
+            if not np.array_equal(got, want):
+                col = int(np.flatnonzero(got != want)[0])
+                found.setdefault(name, f"row {r} ({req_id}) active prefix [0, {n}) differs first at "
+                                       f"column {col}: {got[col]}, expected {want[col]}")
+    names = COUNT_ARRAYS + (() if expected.is_pooling_model else SAMPLING_ARRAYS)
+    for name in names:
+        got, want = _bits(getattr(actual, name)[rows]), _bits(getattr(expected, name)[rows])
+        if not np.array_equal(got, want):
+            found[name] = f"rows {rows}: {getattr(actual, name)[rows]}, expected {getattr(expected, name)[rows]}"
+    dict_names = ("req_prompt_embeds",) + (() if expected.is_pooling_model else SAMPLING_DICTS)
+    for name in dict_names:
+        got, want = getattr(actual, name), getattr(expected, name)
+        for r in rows:
+            if got.get(r) is not want.get(r):
+                found.setdefault(name, f"row {r} ({expected._req_ids[r]}) holds another object "
+                                       f"({'none' if got.get(r) is None else 'one'}, expected "
+                                       f"{'none' if want.get(r) is None else 'one'})")
+    for g, (group_a, group_e) in enumerate(zip(actual.block_table.block_tables, expected.block_table.block_tables)):
+        counts_a, counts_e = group_a.num_blocks_per_row[rows], group_e.num_blocks_per_row[rows]
+        if not np.array_equal(counts_a, counts_e):
+            found["num_blocks_per_row"] = f"group {g} rows {rows}: {counts_a}, expected {counts_e}"
+        table_a, table_e = group_a.block_table.np[rows], group_e.block_table.np[rows]
+        width = min(table_a.shape[1], table_e.shape[1])  # vLLM pads its width (0.22: to 128 / block size)
+        if not np.array_equal(table_a[:, :width], table_e[:, :width]) or table_a[:, width:].any() \
+                or table_e[:, width:].any():
+            found["block_table"] = f"group {g}: block-table rows {rows} differ"
+    if not expected.is_pooling_model:
+        mask_a, mask_e = actual.allowed_token_ids_mask_cpu_tensor, expected.allowed_token_ids_mask_cpu_tensor
+        if (mask_a is None) != (mask_e is None):
+            found[MASK] = f"allocated: {mask_a is not None}, expected {mask_e is not None}"
+        elif mask_e is not None:
+            bad = [r for r in rows if not torch.equal(mask_a[r], mask_e[r])]
+            if bad:
+                found[MASK] = f"rows {bad} differ"
+    moves_a = [(i, j, getattr(d, "name", d)) for i, j, d in actual.batch_update_builder.moved]
+    moves_e = [(i, j, getattr(d, "name", d)) for i, j, d in expected.batch_update_builder.moved]
+    if moves_a != moves_e:
+        found["moved"] = f"{moves_a}, expected {moves_e}"
+    removed_a, removed_e = sorted(actual.batch_update_builder._removed), sorted(expected.batch_update_builder._removed)
+    if removed_a != removed_e:
+        found["removed"] = f"{removed_a}, expected {removed_e}"
+    return found
+
+
+def mask_rows_differing(expected, actual) -> list[int]:
+    mask_a, mask_e = actual.allowed_token_ids_mask_cpu_tensor, expected.allowed_token_ids_mask_cpu_tensor
+    if mask_a is None or mask_e is None:
+        return []
+    return [r for r in live_rows(expected) if not torch.equal(mask_a[r], mask_e[r])]
+
+
+def mirrored(batch, device) -> dict[str, torch.Tensor]:
+    """What the model runner uploads from the batch, per live row, on `device`: per-row values,
+    the active prefixes laid end to end, block-table rows, allowed-mask rows."""
+    rows = live_rows(batch)
+    up = {name: torch.from_numpy(np.ascontiguousarray(getattr(batch, name)[rows])).to(device)
+          for name in COUNT_ARRAYS + (() if batch.is_pooling_model else SAMPLING_ARRAYS)}
+    for name in ("token_ids_cpu", "is_token_ids"):
+        table = getattr(batch, name)
+        parts = [table[r, :active_count(batch, r)] for r in rows]
+        if name == "token_ids_cpu":
+            parts = [np.where(batch.is_token_ids[r, :len(p)], p, 0) for r, p in zip(rows, parts)]
+        up[name] = torch.from_numpy(np.concatenate(parts) if parts else table[:0, 0].copy()).to(device)
+    for g, group in enumerate(batch.block_table.block_tables):
+        up[f"block_table[{g}]"] = torch.from_numpy(group.block_table.np[rows]).to(device)
+    mask = batch.allowed_token_ids_mask_cpu_tensor
+    if mask is not None and not batch.is_pooling_model:
+        up[MASK] = mask[rows].to(device)
+    return up
+
+
+def assert_same_on_device(expected, actual, device) -> None:
+    want, got = mirrored(expected, device), mirrored(actual, device)
+    assert sorted(got) == sorted(want), f"uploaded fields {sorted(got)}, expected {sorted(want)}"
+    for name in want:
+        assert_same_bits(got[name], want[name], f"{name} on {device}")

@@ -1,0 +1,243 @@
+"""swap_states cases: batches driven through vLLM's add / remove / drafts / tokens / swap /
+condense, recorded as a replayable `SwapProgram`.
+
+The machine in `properties/test_swap_states.py` draws one operation at a time; `SwapRun.apply`
+runs it on every side (a batch and the implementation that swaps and condenses it). Requests are
+built from their op by `make_request`, so a program is plain data and replays exactly.
+
+Operations:
+  ("add", n, seed, prompt_len, output_len, async_tail, prompt_kind, allowed, generator,
+   bad_words, lora, sampling)   request "r{n}" (skipped while r{n} is live) in the lowest hole or
+                                the next row; prompt_kind 0: token ids, 1: embeddings only,
+                                2: mixed; the last `async_tail` output ids are -1 placeholders;
+                                `allowed` > 0: that many allowed ids (a mask row)
+  ("remove", n)                 request r{n} leaves (ends the step first if this step's removals
+                                were already read, as the next step would)
+  ("remove_all",)               every request leaves
+  ("drafts", n, drafts)         r{n}'s speculative drafts (cut to fit max_model_len)
+  ("token", n, token)           r{n} appends a sampled id (-1: async placeholder)
+  ("swap", i1, i2)              the hot path; rows may be empty or out of range: a clear error
+  ("condense",)                 the hot path
+  ("end_step",)                 condense, then the step's removals and moves are handed on
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from strategies.penalties import note
+from vllm_hotpaths.registry import version_key
+from vllm_hotpaths.swap_states import InvalidRow, live
+from vllm_hotpaths.swap_states.oracle import Lists
+from vllm_hotpaths.swap_states.state import BatchState, Request
+
+
+@dataclass(frozen=True)
+class SwapProgram:
+    max_num_reqs: int
+    max_model_len: int
+    vocab_size: int
+    block_sizes: tuple[int, ...]
+    pooling: bool
+    ops: tuple[tuple, ...]
+
+
+SAMPLINGS = (  # (temperature, top_p, top_k, frequency, presence, repetition)
+    (1.0, 1.0, 0, 0.0, 0.0, 1.0), (0.0, 1.0, 0, 0.0, 0.0, 1.0), (0.7, 0.9, 5, 0.5, -0.25, 1.2),
+    (0.05, 0.5, 1, -2.0, 2.0, 0.5), (1.3, 0.999, 100000, 1.5, 0.1, 1.0000001),
+)
+HIDDEN = 3  # width of the prompt-embedding rows
+
+
+def make_request(program: SwapProgram, op: tuple) -> Request:
+    _, n, seed, prompt_len, output_len, async_tail, prompt_kind, allowed, generator, bad_words, lora, sampling = op
+    rng = np.random.default_rng(seed)
+    v = program.vocab_size
+    prompt = rng.integers(0, v, prompt_len).tolist()
+    output = rng.integers(0, v, output_len).tolist()
+    output[len(output) - async_tail:] = [-1] * async_tail
+    num_tokens = prompt_len + output_len
+    block_ids = tuple(rng.integers(1, 1000, -(-num_tokens // b)).tolist() for b in program.block_sizes)
+    temperature, top_p, top_k, frequency, presence, repetition = SAMPLINGS[sampling % len(SAMPLINGS)]
+    return Request(
+        req_id=f"r{n}",
+        prompt_token_ids=None if prompt_kind == 1 else prompt,
+        output_token_ids=output,
+        num_computed_tokens=int(rng.integers(0, num_tokens + 1)),
+        block_ids=block_ids,
+        prompt_embeds=torch.from_numpy(rng.standard_normal((prompt_len, HIDDEN), dtype=np.float32))
+        if prompt_kind else None,
+        prompt_is_token_ids=(rng.random(prompt_len) < 0.5).tolist() if prompt_kind == 2 else None,
+        pooling=program.pooling,
+        temperature=temperature, top_p=top_p, top_k=top_k, frequency_penalty=frequency,
+        presence_penalty=presence, repetition_penalty=repetition,
+        generator=torch.Generator().manual_seed(seed) if generator else None,
+        allowed_token_ids=sorted(set(rng.integers(0, v, allowed).tolist())) if allowed else None,
+        bad_words_token_ids=[rng.integers(0, v, 1 + k).tolist() for k in range(bad_words)] or None,
+        lora_id=lora,
+    )
+
+
+class UpstreamMethods:
+    """The batch's own `swap_states` / `condense` (vLLM's, on vLLM's InputBatch)."""
+
+    @staticmethod
+    def swap_states(batch, i1, i2):
+        batch.swap_states(i1, i2)
+
+    @staticmethod
+    def condense(batch):
+        batch.condense()
+
+
+@dataclass
+class Side:
+    """One batch and the implementation that swaps and condenses it."""
+
+    batch: object
+    impl: object
+    vllm: bool = False  # vLLM's InputBatch (fed through `live`) or the standalone BatchState
+    lists: Lists = dataclasses.field(default_factory=Lists)
+
+    def add(self, request: Request) -> None:
+        own = dataclasses.replace(request, output_token_ids=list(request.output_token_ids))
+        live.add(self.batch, own) if self.vllm else self.batch.add_request(own)
+        self.lists.record_add(self.batch, own.req_id, own.output_token_ids)
+
+    def drafts(self, req_id: str, drafts: list[int]) -> None:
+        if self.vllm:
+            live.update_spec(self.batch, req_id, drafts)
+        else:
+            self.batch.update_req_spec_token_ids(req_id, drafts)
+
+    def token(self, req_id: str, token: int) -> None:
+        live.append_token(self.batch, req_id, token) if self.vllm else self.batch.append_token(req_id, token)
+
+    def end_step(self) -> None:
+        self.batch.batch_update_builder.reset()
+
+
+def standalone(program: SwapProgram, vllm_version: str = "0.22.0") -> BatchState:
+    """The standalone batch, adding and removing requests as `vllm_version`'s InputBatch does."""
+    version = version_key(vllm_version)
+    return BatchState(program.max_num_reqs, program.max_model_len, program.vocab_size,
+                      program.block_sizes, program.pooling,
+                      removal_drops_embeds=version >= version_key("0.33.0"),
+                      mixed_prompts=version >= version_key("0.22.0"),
+                      removal_clears_blocks=version >= version_key("0.22.0"))
+
+
+def vllm_batch(program: SwapProgram):
+    return live.live_batch(program.max_num_reqs, program.max_model_len, program.vocab_size,
+                           program.block_sizes, program.pooling)
+
+
+class SwapRun:
+    """Applies operations to every side; the first side's batch decides what is valid."""
+
+    def __init__(self, program: SwapProgram, sides: list[Side]) -> None:
+        self.program, self.sides = program, sides
+        self.requests: dict[str, Request] = {}
+
+    @property
+    def lead(self):
+        return self.sides[0].batch
+
+    def apply(self, op: tuple) -> tuple[str, object]:
+        """Run `op` on every side. Returns ("ran", None), ("skipped", reason) or, for a swap
+        that every side refused, ("refused", [messages per side])."""
+        kind, lead = op[0], self.lead
+        if kind == "add":
+            request = make_request(self.program, op)
+            holes = lead.batch_update_builder._removed
+            index = min(holes) if holes else lead.num_reqs
+            if request.req_id in lead.req_id_to_index or index >= self.program.max_num_reqs:
+                return "skipped", "live id or full batch"
+            self.requests[request.req_id] = request
+            for side in self.sides:
+                side.add(request)
+        elif kind in ("remove", "remove_all"):
+            ids = [f"r{op[1]}"] if kind == "remove" else [i for i in lead._req_ids if i is not None]
+            ids = [i for i in ids if i in lead.req_id_to_index]
+            if not ids:
+                return "skipped", "not live"
+            if lead.batch_update_builder._is_removed_sorted:
+                self.apply(("end_step",))  # removals come first in a step
+            for side in self.sides:
+                for req_id in ids:
+                    side.batch.remove_request(req_id)
+        elif kind in ("drafts", "token"):
+            req_id = f"r{op[1]}"
+            if req_id not in lead.req_id_to_index:
+                return "skipped", "not live"
+            row = lead.req_id_to_index[req_id]
+            room = self.program.max_model_len - int(lead.num_tokens_no_spec[row])
+            if kind == "drafts":
+                drafts = list(op[2][:room])
+                for side in self.sides:
+                    side.drafts(req_id, drafts)
+            else:
+                if room - len(lead.spec_token_ids[row]) < 1:
+                    return "skipped", "row is full"
+                for side in self.sides:
+                    side.token(req_id, op[2])
+        elif kind == "swap":
+            return self._swap(op[1], op[2])
+        elif kind in ("condense", "end_step"):
+            for side in self.sides:
+                side.impl.condense(side.batch)
+            if kind == "end_step":
+                for side in self.sides:
+                    side.end_step()
+        else:
+            raise ValueError(f"unknown swap_states op {op!r}")
+        return "ran", None
+
+    def _swap(self, i1, i2):
+        outcomes = []
+        for side in self.sides:
+            try:
+                side.impl.swap_states(side.batch, i1, i2)
+                outcomes.append(None)
+            except InvalidRow as err:
+                outcomes.append(str(err))
+        if all(o is None for o in outcomes):
+            if i1 == i2:
+                note("swap of a row with itself")
+            return "ran", None
+        return "refused", outcomes
+
+
+# -- strategies -------------------------------------------------------------------------------
+@st.composite
+def programs_header(draw, pooling=None) -> dict:
+    max_model_len = draw(st.one_of(st.integers(1, 8), st.integers(9, 48)))
+    return dict(
+        max_num_reqs=draw(st.integers(1, 6)),
+        max_model_len=max_model_len,
+        vocab_size=draw(st.integers(2, 24)),
+        block_sizes=tuple(draw(st.lists(st.sampled_from((1, 2, 4, 16)), min_size=1, max_size=2))),
+        pooling=draw(st.sampled_from((False, False, False, True))) if pooling is None else pooling,
+    )
+
+
+def add_ops(header: dict) -> st.SearchStrategy:
+    """An ("add", ...) op fitting the header: lengths up to max_model_len, as often at it."""
+    mml, v = header["max_model_len"], header["vocab_size"]
+
+    @st.composite
+    def draw_add(draw):
+        prompt_len = draw(st.one_of(st.integers(1, mml), st.just(mml)))
+        output_len = draw(st.one_of(st.integers(0, mml - prompt_len), st.just(mml - prompt_len)))
+        return ("add", draw(st.integers(0, 2 * header["max_num_reqs"])), draw(st.integers(0, 2**16)),
+                prompt_len, output_len, draw(st.integers(0, output_len)),
+                draw(st.sampled_from((0, 0, 1, 2))), draw(st.one_of(st.just(0), st.integers(1, v))),
+                draw(st.booleans()), draw(st.integers(0, 2)), draw(st.sampled_from((0, 0, 1, 3))),
+                draw(st.integers(0, len(SAMPLINGS) - 1)))
+
+    return draw_add()
