@@ -134,21 +134,29 @@ def machine(make_sides, checker, case_log, valid_swaps_only: bool = False):
             checker.after(self.run, op, self.run.apply(op))
 
         def _request(self, data) -> int:
-            return data.draw(st.integers(0, 2 * self.header["max_num_reqs"]), label="request")
+            """Mostly a live request (else any id, which the run skips when it is not live)."""
+            live = sorted(int(i[1:]) for i in self.run.lead.req_id_to_index)
+            anyone = st.integers(0, 2 * self.header["max_num_reqs"])
+            return data.draw(st.one_of(*[st.sampled_from(live)] * 4, anyone) if live else anyone, label="request")
 
         @rule(data=st.data())
         def add(self, data):
-            self.do(data.draw(self.adds, label="add"))
+            """Mostly a new id (a live one is skipped); removed ids come back as re-adds."""
+            op = data.draw(self.adds, label="add")
+            live = self.run.lead.req_id_to_index
+            free = [n for n in range(2 * self.header["max_num_reqs"] + 1) if f"r{n}" not in live]
+            if free and data.draw(st.integers(0, 4), label="new id") > 0:
+                op = (op[0], data.draw(st.sampled_from(free), label="id"), *op[2:])
+            self.do(op)
 
-        @rule(data=st.data())
-        def remove(self, data):
-            self.do("remove", self._request(data))
+        @rule(data=st.data(), everything=st.integers(0, 7))
+        def remove(self, data, everything):
+            if everything == 0:
+                self.do("remove_all",)
+            else:
+                self.do("remove", self._request(data))
 
-        @rule()
-        def remove_all(self):
-            self.do("remove_all",)
-
-        @rule(data=st.data(), drafts=st.lists(st.integers(0, 23), max_size=4).map(tuple))
+        @rule(data=st.data(), drafts=st.lists(st.integers(0, 23), min_size=1, max_size=4).map(tuple))
         def drafts(self, data, drafts):
             self.do("drafts", self._request(data), tuple(d % self.header["vocab_size"] for d in drafts))
 
@@ -158,9 +166,26 @@ def machine(make_sides, checker, case_log, valid_swaps_only: bool = False):
 
         @rule(data=st.data())
         def swap(self, data):
-            rows = len(self.run.lead._req_ids)
-            index = st.one_of(st.integers(0, max(rows - 1, 0)), st.integers(-2, self.header["max_num_reqs"] + 1))
+            ids = self.run.lead._req_ids
+            live = [r for r, i in enumerate(ids) if i is not None]
+            holes = [r for r, i in enumerate(ids) if i is None]
+            choices = [st.sampled_from(live)] * 6 if live else []
+            choices += [st.sampled_from(holes)] if holes else []
+            index = st.one_of(*choices, st.integers(-2, self.header["max_num_reqs"] + 1))
             self.do("swap", data.draw(index, label="i1"), data.draw(index, label="i2"))
+
+        @rule(data=st.data(), removals=st.integers(0, 2), additions=st.integers(0, 2), swaps=st.integers(0, 2))
+        def turn(self, data, removals, additions, swaps):
+            """One scheduler step in upstream's order: removals, additions (filling the holes),
+            condense, reordering swaps, then the step's moves are handed on."""
+            for _ in range(removals):
+                self.remove(data, 1)
+            for _ in range(additions):
+                self.add(data)
+            self.condense()
+            for _ in range(swaps):
+                self.swap(data)
+            self.end_step()
 
         @rule()
         def condense(self):
@@ -192,8 +217,7 @@ def _candidate_sides(candidate, on_vllm: bool):
 
             return [Side(standalone(program, vllm_env.installed_version()), reference(Move)),
                     Side(vllm_batch(program), factory(move_directions()), vllm=True)]
-        return [Side(standalone(program, version), reference(Move)),
-                Side(standalone(program, version), factory(Move))]
+        return [Side(standalone(program), reference(Move)), Side(standalone(program), factory(Move))]
 
     return make_sides
 

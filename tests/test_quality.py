@@ -9,6 +9,7 @@ import json
 import pytest
 
 from properties.quality import penalties as penalties_mutants
+from properties.quality import swap_states as swap_states_mutants
 from properties.quality import think_budget as think_budget_mutants
 
 
@@ -43,6 +44,18 @@ def test_think_budget_mutant_is_caught(mutant, target, run_cli, tmp_path):
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
     )
     assert_caught_with_fixture(result, tmp_path, "think_budget", mutant)
+
+
+@pytest.mark.parametrize("mutant, target", swap_states_mutants.MUTANTS.items())
+def test_swap_states_mutant_is_caught(mutant, target, run_cli, tmp_path):
+    version, prop = target
+    result = run_cli(
+        "-m", "pytest", "properties/test_swap_states.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-k", f"{prop} and not fixtures and not cuda", "--hypothesis-profile", "ci",
+        "--impl", f"swap_states@{version}=properties.quality.swap_states:{mutant}",
+        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
+    )
+    assert_caught_with_fixture(result, tmp_path, "swap_states", mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark.

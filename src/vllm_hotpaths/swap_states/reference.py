@@ -34,10 +34,7 @@ class FullRowSwap:
         id_map[batch._req_ids[i1]], id_map[batch._req_ids[i2]] = i1, i2
         for name in COUNT_ARRAYS:
             _swap_items(getattr(batch, name), i1, i2)
-        for table in (batch.token_ids_cpu, batch.is_token_ids):
-            saved = table[i1].copy()
-            table[i1] = table[i2]
-            table[i2] = saved
+        self._swap_token_rows(batch, i1, i2)
         swap_dict_values(batch.req_prompt_embeds, i1, i2)
         for group in batch.block_table.block_tables:
             _swap_items(group.num_blocks_per_row, i1, i2)
@@ -57,6 +54,16 @@ class FullRowSwap:
             saved = mask[i1].clone()
             mask[i1] = mask[i2]
             mask[i2] = saved
+
+    def _swap_token_rows(self, batch, i1: int, i2: int) -> None:
+        for table in (batch.token_ids_cpu, batch.is_token_ids):  # whole rows, as 0.16 does
+            saved = table[i1].copy()
+            table[i1] = table[i2]
+            table[i2] = saved
+
+    def _moved_count(self, batch, row: int) -> int:
+        """Columns condense copies: the active prefix, drafts included."""
+        return active_count(batch, row)
 
     def condense(self, batch) -> None:
         check_supported(batch)
@@ -90,7 +97,7 @@ class FullRowSwap:
         outputs = batch.req_output_token_ids
         outputs[dst], outputs[src] = outputs[src], None
         batch.req_id_to_index[req_id] = dst
-        count = active_count(batch, src)
+        count = self._moved_count(batch, src)
         spec = batch.spec_token_ids
         spec[dst], spec[src] = spec[src], spec[dst]
         spec[src].clear()

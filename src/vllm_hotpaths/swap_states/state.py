@@ -1,10 +1,11 @@
 """A standalone `InputBatch`: the fields swap and condense touch, under vLLM's names.
 
-Requests arrive as `Request`s and are added, removed, given drafts and tokens the way vLLM
-0.22.0's `InputBatch` does it (`add_request`, `remove_request`, `update_req_spec_token_ids`, the
-model runner appending sampled ids), so a property can drive this state and vLLM's own
-`InputBatch` through the same operations and compare them. `swap_states` and `condense` are not
-methods here: they are the hot path's implementations, called as `impl.swap_states(batch, i, j)`.
+Requests arrive as `Request`s and are added, removed, given drafts and tokens the way vLLM's
+`InputBatch` of the given version (0.16.0, 0.22.0, 0.33.0) does it (`add_request`,
+`remove_request`, `update_req_spec_token_ids`, the model runner appending sampled ids), so a
+property can drive this state and vLLM's own `InputBatch` through the same operations and
+compare them. `swap_states` and `condense` are not methods here: they are the hot path's
+implementations, called as `impl.swap_states(batch, i, j)`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.think_budget import Move
+
+_V022, _V033 = version_key("0.22.0"), version_key("0.33.0")
 
 
 @dataclass(eq=False)
@@ -112,17 +116,15 @@ class BlockTables:
 
 class BatchState:
     def __init__(self, max_num_reqs: int, max_model_len: int, vocab_size: int, block_sizes: tuple[int, ...],
-                 is_pooling_model: bool = False, removal_drops_embeds: bool = False,
-                 mixed_prompts: bool = True, removal_clears_blocks: bool = True) -> None:
+                 is_pooling_model: bool = False, vllm_version: str = "0.22.0") -> None:
         self.max_num_reqs, self.max_model_len, self.vocab_size = max_num_reqs, max_model_len, vocab_size
         self.is_pooling_model = is_pooling_model
-        # 0.22 keeps a removed request's prompt embeddings under its row index (condense can then
-        # hand them to the request moved there); 0.33 drops them on removal.
-        self.removal_drops_embeds = removal_drops_embeds
-        # 0.22 marks the embedding positions of a mixed prompt; 0.16 has no mixed prompts.
-        self.mixed_prompts = mixed_prompts
-        # 0.22 zeroes a removed request's block ids; 0.16 leaves them in the row.
-        self.removal_clears_blocks = removal_clears_blocks
+        # Where vLLM's own add / remove / drafts differ by version (not swap or condense):
+        version = version_key(vllm_version)
+        self.mixed_prompts = version >= _V022  # 0.16 has no mixed token/embedding prompts
+        self.removal_clears_blocks = version >= _V022  # 0.16 leaves a removed request's block ids
+        self.drafts_mark_token_ids = version >= _V022  # 0.16 leaves is_token_ids of draft positions
+        self.removal_drops_embeds = version >= _V033  # 0.22 keeps them under the row index
         self._req_ids: list[str | None] = []
         self.req_id_to_index: dict[str, int] = {}
         self.req_output_token_ids: list[list[int] | None] = []
@@ -231,7 +233,8 @@ class BatchState:
         if drafts:
             start = int(self.num_tokens_no_spec[index])
             self.token_ids_cpu[index, start:start + len(drafts)] = drafts
-            self.is_token_ids[index, start:start + len(drafts)] = True
+            if self.drafts_mark_token_ids:
+                self.is_token_ids[index, start:start + len(drafts)] = True
             spec.extend(drafts)
 
     def append_token(self, req_id: str, token: int) -> None:

@@ -1,0 +1,125 @@
+"""Deliberately wrong swap_states candidates: each must be caught by the `ci` profile.
+
+Run one with `pytest properties/test_swap_states.py --impl swap_states@0.16.0=properties.quality.swap_states:NAME`;
+`tests/test_quality.py` runs them all and requires a failure with a written fixture.
+"""
+
+from __future__ import annotations
+
+from vllm_hotpaths.swap_states import InvalidRow, active_count, check_swap_rows
+from vllm_hotpaths.swap_states.fast import ActivePrefixSwap, ActivePrefixSwap033
+from vllm_hotpaths.swap_states.reference import FullRowSwap
+
+
+class FirstRowLength(FullRowSwap):
+    """Swaps `[0, A(i1))` of both rows: the longer second row loses its tail."""
+
+    def _swap_token_rows(self, batch, i1, i2):
+        n = active_count(batch, i1)
+        for table in (batch.token_ids_cpu, batch.is_token_ids):
+            table[[i1, i2], :n] = table[[i2, i1], :n]
+
+
+class CommittedOnly(FullRowSwap):
+    """Condense copies `num_tokens_no_spec` columns: the drafts' token ids stay behind."""
+
+    def _moved_count(self, batch, row):
+        return int(batch.num_tokens_no_spec[row])
+
+
+class AliasedMaskSwap(FullRowSwap):
+    """vLLM 0.16/0.22's mask swap through row views (PR #48419): both rows get row i2's mask."""
+
+    def swap_states(self, batch, i1, i2):
+        super().swap_states(batch, i1, i2)
+        mask = batch.allowed_token_ids_mask_cpu_tensor
+        if mask is not None and not batch.is_pooling_model:
+            mask[i2] = mask[i1]  # row i1 now holds old row i2: both rows end up with it
+
+
+class StaleMaskAfterCondense(FullRowSwap):
+    """vLLM 0.16/0.22's condense (issue #43894): the vacated row keeps the moved mask."""
+
+    def _move(self, batch, src, dst):
+        mask = batch.allowed_token_ids_mask_cpu_tensor
+        kept = None if mask is None else mask[src].clone()
+        super()._move(batch, src, dst)
+        if kept is not None and not batch.is_pooling_model:
+            mask[src] = kept
+
+
+class SkipsSelfSwap(FullRowSwap):
+    """Returns early for i1 == i2, so the (i, i, SWAP) move is never recorded."""
+
+    def swap_states(self, batch, i1, i2):
+        if i1 == i2:
+            check_swap_rows(batch, i1, i2)
+            return
+        super().swap_states(batch, i1, i2)
+
+
+class MutatesBeforeRefusing(FullRowSwap):
+    """Like vLLM, swaps the id lists before it notices an empty row (then refuses)."""
+
+    def swap_states(self, batch, i1, i2):
+        try:
+            check_swap_rows(batch, i1, i2)
+        except InvalidRow:
+            if all(0 <= i < len(batch._req_ids) for i in (i1, i2)):
+                for rows in (batch._req_ids, batch.req_output_token_ids, batch.spec_token_ids):
+                    rows[i1], rows[i2] = rows[i2], rows[i1]
+            raise
+        super().swap_states(batch, i1, i2)
+
+
+class OneSidedDictsStay(FullRowSwap):
+    """Swaps generators and bad words only when both rows have one."""
+
+    def swap_states(self, batch, i1, i2):
+        held = {name: dict(getattr(batch, name)) for name in ("generators", "bad_words_token_ids")}
+        super().swap_states(batch, i1, i2)
+        for name, before in held.items():
+            if (i1 in before) != (i2 in before):
+                table = getattr(batch, name)
+                table.clear()
+                table.update(before)
+
+
+class KeepsTrailingEntries(FullRowSwap):
+    """Condense moves rows but never trims the request lists to the batch size."""
+
+    def condense(self, batch):
+        kept = [list(rows) for rows in (batch._req_ids, batch.req_output_token_ids)]
+        super().condense(batch)
+        for rows, before in zip((batch._req_ids, batch.req_output_token_ids), kept):
+            rows.extend([None] * (len(before) - len(rows)))
+
+
+class StaleViews(ActivePrefixSwap):
+    """The fast version, with its views never rebuilt: a mask allocated later is never swapped."""
+
+    def _views_of(self, batch):
+        views = self._views.get(batch)
+        if views is None:
+            views = self._views[batch] = type(super()._views_of(batch))(batch)
+        return views
+
+
+class NoVacatedBlockClear033(ActivePrefixSwap033):
+    """0.33's fast version without clearing the block-table row condense vacates."""
+
+    CLEARS_VACATED_BLOCKS = False
+
+
+MUTANTS = {
+    "FirstRowLength": ("0.16.0", "test_candidate_matches_reference"),
+    "CommittedOnly": ("0.16.0", "test_candidate_matches_reference"),
+    "AliasedMaskSwap": ("0.16.0", "test_candidate_matches_reference"),
+    "StaleMaskAfterCondense": ("0.16.0", "test_candidate_matches_reference"),
+    "SkipsSelfSwap": ("0.16.0", "test_candidate_matches_reference"),
+    "MutatesBeforeRefusing": ("0.16.0", "test_candidate_matches_reference"),
+    "OneSidedDictsStay": ("0.16.0", "test_candidate_matches_reference"),
+    "KeepsTrailingEntries": ("0.16.0", "test_candidate_matches_reference"),
+    "StaleViews": ("0.16.0", "test_candidate_matches_reference"),
+    "NoVacatedBlockClear033": ("0.33.0", "test_candidate_matches_reference"),
+}
