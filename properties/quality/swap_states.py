@@ -99,9 +99,9 @@ class StaleViews(ActivePrefixSwap):
     """The fast version, with its views never rebuilt: a mask allocated later is never swapped."""
 
     def _views_of(self, batch):
-        views = self._views.get(batch)
+        views = batch.__dict__.get("_stale_views")
         if views is None:
-            views = self._views[batch] = type(super()._views_of(batch))(batch)
+            views = batch.__dict__["_stale_views"] = ActivePrefixSwap._views_of(batch)
         return views
 
 

@@ -11,13 +11,13 @@ Where the time goes instead: vLLM spends most of a swap on numpy call overhead (
 of `is_token_ids` and the block table, a numpy scalar per field), not on bytes. Here the row
 data moves through flat byte views (`memoryview` slices are plain memmoves) and the per-row
 scalars through integer views of the same bytes, so float fields keep their exact bit patterns.
-The views are built once per batch and rebuilt when any of its arrays is replaced. Condense
+The views are built once per batch, kept in the batch's `__dict__`, and rebuilt when any
+of its arrays is replaced. Condense
 moves the scalars and mask rows of all its moves with one fancy-indexed copy per array.
 """
 
 from __future__ import annotations
 
-import weakref
 from operator import attrgetter, is_
 
 import numpy as np
@@ -37,14 +37,16 @@ class _RowTable:
                             f"(c_contiguous={array.flags.c_contiguous})")
         self.bytes = memoryview(array.reshape(-1).view(np.uint8))
         self.row_bytes, self.item = array.strides[0], array.itemsize
+        self.scratch = memoryview(bytearray(self.row_bytes))  # one row, reused by every swap
 
     def swap_prefixes(self, i1: int, n1: int, i2: int, n2: int) -> None:
         """Row i1 gets row i2's first n2 items and row i2 row i1's first n1 items."""
-        b, item = self.bytes, self.item
+        b, scratch = self.bytes, self.scratch
+        k1, k2 = n1 * self.item, n2 * self.item
         s1, s2 = i1 * self.row_bytes, i2 * self.row_bytes
-        saved = b[s1:s1 + n1 * item].tobytes()
-        b[s1:s1 + n2 * item] = b[s2:s2 + n2 * item]
-        b[s2:s2 + n1 * item] = saved
+        scratch[:k1] = b[s1:s1 + k1]
+        b[s1:s1 + k2] = b[s2:s2 + k2]
+        b[s2:s2 + k1] = scratch[:k1]
 
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
         b, s, d = self.bytes, src * self.row_bytes, dst * self.row_bytes
@@ -66,6 +68,7 @@ class _Views:
     """Everything a swap touches, as views, for one batch's current arrays."""
 
     def __init__(self, batch) -> None:
+        check_supported(batch)
         self.arrays = _ARRAYS(batch)
         self.mask_tensor = batch.allowed_token_ids_mask_cpu_tensor
         self.groups = batch.block_table.block_tables
@@ -87,6 +90,7 @@ class _Views:
                 and all(map(is_, _ARRAYS(batch), self.arrays)))
 
 
+_VIEWS = "_vllm_hotpaths_views"
 _ARRAYS = attrgetter(*COUNT_ARRAYS, *SAMPLING_ARRAYS, "token_ids_cpu", "is_token_ids")
 
 
@@ -98,12 +102,13 @@ class ActivePrefixSwap:
 
     def __init__(self, moves) -> None:
         self.moves = moves
-        self._views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def _views_of(self, batch) -> _Views:
-        views = self._views.get(batch)
+    @staticmethod
+    def _views_of(batch) -> _Views:
+        """The batch's views, kept on the batch itself (any implementation may reuse them)."""
+        views = batch.__dict__.get(_VIEWS)
         if views is None or not views.current(batch):
-            views = self._views[batch] = _Views(batch)
+            views = batch.__dict__[_VIEWS] = _Views(batch)
         return views
 
     def swap_states(self, batch, i1: int, i2: int) -> None:
@@ -111,7 +116,6 @@ class ActivePrefixSwap:
         if not (type(i1) is int and type(i2) is int and 0 <= i1 < len(ids) and 0 <= i2 < len(ids)
                 and ids[i1] is not None and ids[i2] is not None):
             i1, i2 = check_swap_rows(batch, i1, i2)  # raises, or accepts another integer type
-        check_supported(batch)
         views = self._views_of(batch)
         outputs, spec = batch.req_output_token_ids, batch.spec_token_ids
         num_tokens = views.counts[0]  # num_tokens_no_spec
@@ -143,7 +147,6 @@ class ActivePrefixSwap:
             views.mask.swap_prefixes(i1, views.mask_width, i2, views.mask_width)
 
     def condense(self, batch) -> None:
-        check_supported(batch)
         builder = batch.batch_update_builder
         num_reqs = batch.num_reqs
         if not builder.removed:
@@ -153,8 +156,8 @@ class ActivePrefixSwap:
             batch.req_output_token_ids.clear()
             batch.spec_token_ids.clear()
             return
-        plan = condense_plan(builder.removed, num_reqs)
         views = self._views_of(batch)
+        plan = condense_plan(builder.removed, num_reqs)
         ids, outputs, spec = batch._req_ids, batch.req_output_token_ids, batch.spec_token_ids
         id_map, embeds = batch.req_id_to_index, batch.req_prompt_embeds
         for src, dst in plan:
