@@ -8,14 +8,16 @@ built from their op by `make_request`, so a program is plain data and replays ex
 Operations:
   ("add", n, seed, prompt_len, output_len, async_tail, prompt_kind, allowed, generator,
    bad_words, lora, sampling)   request "r{n}" (skipped while r{n} is live) in the lowest hole or
-                                the next row; prompt_kind 0: token ids, 1: embeddings only,
-                                2: mixed; the last `async_tail` output ids are -1 placeholders;
-                                `allowed` > 0: that many allowed ids (a mask row)
+                                the next row (after a condense: in the next step); prompt_kind
+                                0: token ids, 1: embeddings only, 2: mixed; the last
+                                `async_tail` output ids are -1 placeholders; `allowed` > 0:
+                                that many allowed ids (a mask row)
   ("remove", n)                 request r{n} leaves (ends the step first if this step's removals
                                 were already read, as the next step would)
   ("remove_all",)               every request leaves
   ("drafts", n, drafts)         r{n}'s speculative drafts (cut to fit max_model_len)
-  ("token", n, token)           r{n} appends a sampled id (-1: async placeholder)
+  ("token", n, token)           r{n} appends a sampled id (-1: async placeholder); its drafts
+                                are used up
   ("swap", i1, i2)              the hot path; rows may be empty or out of range: a clear error
   ("condense",)                 the hot path
   ("end_step",)                 condense, then the step's removals and moves are handed on
@@ -115,7 +117,10 @@ class Side:
             self.batch.update_req_spec_token_ids(req_id, drafts)
 
     def token(self, req_id: str, token: int) -> None:
+        """The sampled id is booked; the row's drafts are used up (the next step sets new ones
+        before anything swaps or condenses, so no unwritten column is ever inside a row's prefix)."""
         live.append_token(self.batch, req_id, token) if self.vllm else self.batch.append_token(req_id, token)
+        self.drafts(req_id, [])
 
     def end_step(self) -> None:
         self.batch.batch_update_builder.reset()
@@ -137,7 +142,7 @@ class SwapRun:
 
     def __init__(self, program: SwapProgram, sides: list[Side]) -> None:
         self.program, self.sides = program, sides
-        self.requests: dict[str, Request] = {}
+        self.condensed = False  # this step has condensed: its removals are settled
 
     @property
     def lead(self):
@@ -147,13 +152,14 @@ class SwapRun:
         """Run `op` on every side. Returns ("ran", None), ("skipped", reason) or, for a swap
         that every side refused, ("refused", [messages per side])."""
         kind, lead = op[0], self.lead
+        if kind == "add" and self.condensed:
+            self.apply(("end_step",))  # vLLM adds before it condenses; after, only a new step adds
         if kind == "add":
             request = make_request(self.program, op)
             holes = lead.batch_update_builder._removed
             index = min(holes) if holes else lead.num_reqs
             if request.req_id in lead.req_id_to_index or index >= self.program.max_num_reqs:
                 return "skipped", "live id or full batch"
-            self.requests[request.req_id] = request
             for side in self.sides:
                 side.add(request)
         elif kind in ("remove", "remove_all"):
@@ -186,6 +192,7 @@ class SwapRun:
         elif kind in ("condense", "end_step"):
             for side in self.sides:
                 side.impl.condense(side.batch)
+            self.condensed = kind == "condense"
             if kind == "end_step":
                 for side in self.sides:
                     side.end_step()
