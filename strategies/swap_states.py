@@ -19,8 +19,9 @@ Operations:
   ("token", n, token)           r{n} appends a sampled id (-1: async placeholder); its drafts
                                 are used up
   ("swap", i1, i2)              the hot path; rows may be empty or out of range: a clear error
-  ("condense",)                 the hot path
-  ("end_step",)                 condense, then the step's removals and moves are handed on
+  ("condense",)                 the hot path; a second one in a step must be refused clearly
+  ("end_step",)                 condense (unless this step did), then the step's removals and
+                                moves are handed on
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 from hypothesis import strategies as st
 
 from strategies.penalties import note
-from vllm_hotpaths.swap_states import InvalidRow, live
+from vllm_hotpaths.swap_states import CondensedAlready, InvalidRow, check_swap_rows, live
 from vllm_hotpaths.swap_states.oracle import Lists
 from vllm_hotpaths.swap_states.state import BatchState, Request
 
@@ -138,10 +139,14 @@ def vllm_batch(program: SwapProgram):
 
 
 class SwapRun:
-    """Applies operations to every side; the first side's batch decides what is valid."""
+    """Applies operations to every side; the first side's batch decides what is valid.
 
-    def __init__(self, program: SwapProgram, sides: list[Side]) -> None:
-        self.program, self.sides = program, sides
+    With `valid_only` (a side that is vLLM's own InputBatch, which would fail halfway through),
+    swaps of empty or out-of-range rows and a second condense in one step are skipped; otherwise
+    every side runs them and must refuse them."""
+
+    def __init__(self, program: SwapProgram, sides: list[Side], valid_only: bool = False) -> None:
+        self.program, self.sides, self.valid_only = program, sides, valid_only
         self.condensed = False  # this step has condensed: its removals are settled
 
     @property
@@ -149,8 +154,8 @@ class SwapRun:
         return self.sides[0].batch
 
     def apply(self, op: tuple) -> tuple[str, object]:
-        """Run `op` on every side. Returns ("ran", None), ("skipped", reason) or, for a swap
-        that every side refused, ("refused", [messages per side])."""
+        """Run `op` on every side. Returns ("ran", None), ("skipped", reason) or, for a call
+        that every side refused, ("refused", [error per side])."""
         kind, lead = op[0], self.lead
         if kind == "add" and self.condensed:
             self.apply(("end_step",))  # vLLM adds before it condenses; after, only a new step adds
@@ -188,29 +193,40 @@ class SwapRun:
                 for side in self.sides:
                     side.token(req_id, op[2])
         elif kind == "swap":
-            return self._swap(op[1], op[2])
-        elif kind in ("condense", "end_step"):
-            for side in self.sides:
-                side.impl.condense(side.batch)
-            self.condensed = kind == "condense"
-            if kind == "end_step":
+            if self.valid_only:
+                try:
+                    check_swap_rows(lead, op[1], op[2])
+                except InvalidRow:
+                    return "skipped", "not two live rows"
+            if op[1] == op[2]:
+                note("swap of a row with itself")
+            return self._refusable(lambda side: side.impl.swap_states(side.batch, op[1], op[2]))
+        elif kind == "condense":
+            if self.valid_only and self.condensed:
+                return "skipped", "condensed already"
+            outcome = self._refusable(lambda side: side.impl.condense(side.batch))
+            self.condensed = True
+            return outcome
+        elif kind == "end_step":
+            if not self.condensed:
                 for side in self.sides:
-                    side.end_step()
+                    side.impl.condense(side.batch)
+            for side in self.sides:
+                side.end_step()
+            self.condensed = False
         else:
             raise ValueError(f"unknown swap_states op {op!r}")
         return "ran", None
 
-    def _swap(self, i1, i2):
+    def _refusable(self, call) -> tuple[str, object]:
         outcomes = []
         for side in self.sides:
             try:
-                side.impl.swap_states(side.batch, i1, i2)
+                call(side)
                 outcomes.append(None)
-            except InvalidRow as err:
-                outcomes.append(str(err))
+            except (InvalidRow, CondensedAlready) as err:
+                outcomes.append(f"{type(err).__name__}: {err}")
         if all(o is None for o in outcomes):
-            if i1 == i2:
-                note("swap of a row with itself")
             return "ran", None
         return "refused", outcomes
 

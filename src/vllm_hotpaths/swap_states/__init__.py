@@ -16,6 +16,21 @@ class InvalidRow(ValueError):
     """A swap names a row outside the batch or a row that holds no request."""
 
 
+class CondensedAlready(ValueError):
+    """condense called again before the step's batch update was reset (`refresh_metadata`)."""
+
+
+def check_condense(batch, holes: list[int]) -> None:
+    """The removed rows condense fills must be rows of the batch. After a condense the rows it left
+    empty at the end stay listed until the step ends, past the trimmed lists: condensing again
+    would move rows that are not there (vLLM raises IndexError halfway through)."""
+    past = [r for r in holes if r >= len(batch._req_ids)]
+    if past:
+        raise CondensedAlready(f"condense: removed rows {sorted(past)} lie past the batch's "
+                               f"{len(batch._req_ids)} rows: it was condensed already this step; reset the "
+                               f"batch update (refresh_metadata) before condensing again")
+
+
 def active_count(batch, row: int) -> int:
     """vLLM's `_get_active_token_count`: committed tokens plus the row's current drafts."""
     return int(batch.num_tokens_no_spec[row]) + len(batch.spec_token_ids[row])
@@ -87,5 +102,5 @@ def condense_plan(removed_descending: list[int], num_reqs: int) -> list[tuple[in
     return moves
 
 
-__all__ = ["COUNT_ARRAYS", "InvalidRow", "SAMPLING_ARRAYS", "SAMPLING_DICTS", "active_count",
-           "check_supported", "check_swap_rows", "condense_plan", "swap_dict_values"]
+__all__ = ["COUNT_ARRAYS", "CondensedAlready", "InvalidRow", "SAMPLING_ARRAYS", "SAMPLING_DICTS", "active_count",
+           "check_condense", "check_supported", "check_swap_rows", "condense_plan", "swap_dict_values"]

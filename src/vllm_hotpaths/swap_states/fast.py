@@ -4,16 +4,18 @@ What is copied, and why it is enough:
 - A swap moves row i1's active prefix `[0, A1)` into row i2 and row i2's `[0, A2)` into row i1
   (vLLM 0.22 copies `[0, max(A1, A2))` of both, 0.16 whole rows). Columns past a row's active
   prefix have no meaning: nothing reads them before they are written again.
-- Everything else is moved exactly: full block-table rows (the attention kernels' input is
-  uploaded whole), every per-row scalar, dict entry and list object, and the recorded moves.
+- Block-table rows likewise: each row's first `num_blocks_per_row` ids (vLLM swaps whole rows,
+  but its own condense moves only that many, so nothing can rely on the rest).
+- Everything else is moved exactly: every per-row scalar, dict entry and list object, and the
+  recorded moves.
 
-Where the time goes instead: vLLM spends most of a swap on numpy call overhead (fancy indexing
-of `is_token_ids` and the block table, a numpy scalar per field), not on bytes. Here the row
+Where the time goes: vLLM spends most of a swap on numpy call overhead (fancy indexing of
+`is_token_ids` and the block table, a numpy scalar per field) rather than on bytes. Here the row
 data moves through flat byte views (`memoryview` slices are plain memmoves) and the per-row
 scalars through integer views of the same bytes, so float fields keep their exact bit patterns.
-The views are built once per batch, kept in the batch's `__dict__`, and rebuilt when any
-of its arrays is replaced. Condense
-moves the scalars and mask rows of all its moves with one fancy-indexed copy per array.
+The views are built once per batch, kept in the batch's `__dict__`, and rebuilt when any of its
+arrays is replaced. Condense moves the scalars and mask rows of all its moves with one
+fancy-indexed copy per array.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from operator import attrgetter, is_
 import numpy as np
 
 from vllm_hotpaths.swap_states import (COUNT_ARRAYS, SAMPLING_ARRAYS, SAMPLING_DICTS, active_count,
-                                       check_supported, check_swap_rows, condense_plan, swap_dict_values)
+                                       check_condense, check_supported, check_swap_rows, condense_plan,
+                                       swap_dict_values)
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -77,8 +80,7 @@ class _Views:
         self.sampling = [_items(a) for a in self.arrays[count:count + len(SAMPLING_ARRAYS)]]
         self.tokens = _RowTable(batch.token_ids_cpu)
         self.is_token = _RowTable(batch.is_token_ids)
-        self.blocks = [(_RowTable(g.block_table.np), _items(g.num_blocks_per_row), g.block_table.np.shape[1])
-                       for g in self.groups]
+        self.blocks = [(_RowTable(g.block_table.np), _items(g.num_blocks_per_row)) for g in self.groups]
         self.mask = None if self.mask_tensor is None else _RowTable(self.mask_tensor.numpy())
         self.mask_width = None if self.mask_tensor is None else self.mask_tensor.shape[1]
 
@@ -129,9 +131,10 @@ class ActivePrefixSwap:
             items[i1], items[i2] = items[i2], items[i1]
         views.tokens.swap_prefixes(i1, n1, i2, n2)
         views.is_token.swap_prefixes(i1, n1, i2, n2)
-        for rows, counts, width in views.blocks:
-            counts[i1], counts[i2] = counts[i2], counts[i1]
-            rows.swap_prefixes(i1, width, i2, width)
+        for rows, counts in views.blocks:
+            b1, b2 = counts[i1], counts[i2]
+            counts[i1], counts[i2] = b2, b1
+            rows.swap_prefixes(i1, b1, i2, b2)
         embeds = batch.req_prompt_embeds
         if embeds and (i1 in embeds or i2 in embeds):
             swap_dict_values(embeds, i1, i2)
@@ -151,6 +154,7 @@ class ActivePrefixSwap:
         num_reqs = batch.num_reqs
         if not builder.removed:
             return
+        check_condense(batch, builder.removed)
         if num_reqs == 0:
             batch._req_ids.clear()
             batch.req_output_token_ids.clear()
@@ -173,7 +177,7 @@ class ActivePrefixSwap:
             spec[src].clear()
             if src in embeds:
                 embeds[dst] = embeds.pop(src)
-            for rows, counts, _ in views.blocks:
+            for rows, counts in views.blocks:
                 rows.copy_prefix(src, dst, int(counts[src]))
                 if self.CLEARS_VACATED_BLOCKS:
                     rows.zero_prefix(src, int(counts[src]))

@@ -6,10 +6,14 @@ Compared exactly, after every operation:
   `is_token_ids` is set (a prompt given as embeddings leaves its token ids unwritten);
 - per live row: every per-row scalar by bit pattern; its output and draft list *objects* (each
   batch must still hold the very list it was given or created for that request) and their
-  contents; prompt embeddings, generator and bad words by identity; block-table counts and full
-  rows (columns past the narrower table's width must be 0); allowed-token mask rows;
+  contents; prompt embeddings, generator and bad words by identity; allowed-token mask rows;
+- per row, with or without a request: `num_blocks_per_row` and that many block ids of the
+  block-table row (upstream's own condense moves no more of a row, so nothing can rely on the
+  rest belonging to the request; what rows without a request claim matters: 0.33 empties a row
+  condense vacates because padded CUDA-graph batches read such rows);
 - the recorded moves and the rows still listed as removed.
-Not compared: anything past a row's active prefix, and rows without a request.
+Not compared: anything past a row's active prefix or its block count, and the other fields of
+rows without a request.
 """
 
 from __future__ import annotations
@@ -93,14 +97,14 @@ def differences(expected, actual, lists_expected: Lists, lists_actual: Lists) ->
                                        f"({'none' if got.get(r) is None else 'one'}, expected "
                                        f"{'none' if want.get(r) is None else 'one'})")
     for g, (group_a, group_e) in enumerate(zip(actual.block_table.block_tables, expected.block_table.block_tables)):
-        counts_a, counts_e = group_a.num_blocks_per_row[rows], group_e.num_blocks_per_row[rows]
-        if not np.array_equal(counts_a, counts_e):
-            found["num_blocks_per_row"] = f"group {g} rows {rows}: {counts_a}, expected {counts_e}"
-        table_a, table_e = group_a.block_table.np[rows], group_e.block_table.np[rows]
-        width = min(table_a.shape[1], table_e.shape[1])  # vLLM pads its width (0.22: to 128 / block size)
-        if not np.array_equal(table_a[:, :width], table_e[:, :width]) or table_a[:, width:].any() \
-                or table_e[:, width:].any():
-            found["block_table"] = f"group {g}: block-table rows {rows} differ"
+        counts_a, counts_e = group_a.num_blocks_per_row, group_e.num_blocks_per_row
+        if not np.array_equal(counts_a, counts_e):  # every row: a row without a request claims none
+            found["num_blocks_per_row"] = f"group {g}: {counts_a}, expected {counts_e}"
+            continue
+        bad = [r for r, n in enumerate(counts_e.tolist())
+               if not np.array_equal(group_a.block_table.np[r, :n], group_e.block_table.np[r, :n])]
+        if bad:
+            found["block_table"] = f"group {g}: rows {bad} differ in their first num_blocks_per_row ids"
     if not expected.is_pooling_model:
         mask_a, mask_e = actual.allowed_token_ids_mask_cpu_tensor, expected.allowed_token_ids_mask_cpu_tensor
         if (mask_a is None) != (mask_e is None):
@@ -127,8 +131,8 @@ def mask_rows_differing(expected, actual) -> list[int]:
 
 
 def mirrored(batch, device) -> dict[str, torch.Tensor]:
-    """What the model runner uploads from the batch, per live row, on `device`: per-row values,
-    the active prefixes laid end to end, block-table rows, allowed-mask rows."""
+    """What the model runner uploads from the batch, on `device`: per live row its values, active
+    prefix (laid end to end) and allowed-mask row; per row its block ids and count."""
     rows = live_rows(batch)
     up = {name: torch.from_numpy(np.ascontiguousarray(getattr(batch, name)[rows])).to(device)
           for name in COUNT_ARRAYS + (() if batch.is_pooling_model else SAMPLING_ARRAYS)}
@@ -139,7 +143,10 @@ def mirrored(batch, device) -> dict[str, torch.Tensor]:
             parts = [np.where(batch.is_token_ids[r, :len(p)], p, 0) for r, p in zip(rows, parts)]
         up[name] = torch.from_numpy(np.concatenate(parts) if parts else table[:0, 0].copy()).to(device)
     for g, group in enumerate(batch.block_table.block_tables):
-        up[f"block_table[{g}]"] = torch.from_numpy(group.block_table.np[rows]).to(device)
+        counts = group.num_blocks_per_row
+        blocks = [group.block_table.np[r, :counts[r]] for r in range(len(counts))]
+        up[f"block_table[{g}]"] = torch.from_numpy(np.concatenate(blocks)).to(device)
+        up[f"num_blocks_per_row[{g}]"] = torch.from_numpy(counts.copy()).to(device)
     mask = batch.allowed_token_ids_mask_cpu_tensor
     if mask is not None and not batch.is_pooling_model:
         up[MASK] = mask[rows].to(device)

@@ -13,7 +13,7 @@ ledger excuses exactly those two differences in conformance.
 from __future__ import annotations
 
 from vllm_hotpaths.swap_states import (COUNT_ARRAYS, SAMPLING_ARRAYS, SAMPLING_DICTS, active_count,
-                                       check_supported, check_swap_rows, swap_dict_values)
+                                       check_condense, check_supported, check_swap_rows, swap_dict_values)
 
 
 class FullRowSwap:
@@ -72,6 +72,7 @@ class FullRowSwap:
         holes = builder.removed
         if not holes:
             return
+        check_condense(batch, holes)
         if num_reqs == 0:
             batch._req_ids.clear()
             batch.req_output_token_ids.clear()
