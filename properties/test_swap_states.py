@@ -40,6 +40,12 @@ class Equivalence:
     def before(self, run: SwapRun, op: tuple) -> None:
         pass
 
+    def finish(self, run: SwapRun) -> None:
+        """What the model runner uploads, compared on the device (also at every step's end)."""
+        if self.device != "cpu":
+            expected, actual = run.sides
+            assert_same_on_device(expected.batch, actual.batch, self.device)
+
     def after(self, run: SwapRun, op: tuple, outcome: tuple) -> None:
         (expected, actual) = run.sides
         status, detail = outcome
@@ -49,8 +55,8 @@ class Equivalence:
             note(f"{op[0]} refused")
         found = differences(expected.batch, actual.batch, expected.lists, actual.lists)
         assert not found, f"after op {op}: {found}"
-        if self.device != "cpu":
-            assert_same_on_device(expected.batch, actual.batch, self.device)
+        if op[0] == "end_step":
+            self.finish(run)
 
 
 class MaskCase:
@@ -73,6 +79,9 @@ class Conformance:
         self.case_log = case_log
         self.version = vllm_env.installed_version()
         self.case = None
+
+    def finish(self, run: SwapRun) -> None:
+        pass
 
     def before(self, run: SwapRun, op: tuple) -> None:
         reference, upstream = run.sides[0].batch, run.sides[1].batch
@@ -122,6 +131,10 @@ def machine(make_sides, checker, case_log, valid_only: bool = False):
             for _ in range(min(requests, header["max_num_reqs"])):  # swarm testing may switch `add` off
                 op = data.draw(self.adds, label="add")
                 self.do(op[:7] + (0,) + op[8:] if late_mask else op)
+
+        def teardown(self):
+            if hasattr(self, "run"):
+                checker.finish(self.run)
 
         def do(self, *op) -> None:
             op = op[0] if len(op) == 1 and isinstance(op[0], tuple) else op
@@ -206,6 +219,7 @@ def replay(program: SwapProgram, make_sides, checker, valid_only: bool = False) 
     for op in program.ops:
         checker.before(run, op)
         checker.after(run, op, run.apply(op))
+    checker.finish(run)
 
 
 def _candidate_sides(candidate, on_vllm: bool):
