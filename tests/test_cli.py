@@ -28,6 +28,16 @@ def test_gate_passes_and_writes_reports(run_cli, tmp_path):
     assert "| penalties" in result.stdout
 
 
+def test_gate_runs_only_the_named_hot_path(run_cli, tmp_path):
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--hotpath", "swap_states",
+                     "--report-dir", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "gate-report.json").read_text())
+    check_report_shape(report)
+    assert {r["hotpath"] for r in report["results"]} == {"swap_states"}
+    assert any(r["check"] == "equivalence" and r["status"] == "pass" for r in report["results"])
+
+
 def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path):
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "ci", "--report-dir", str(tmp_path),
                      "--impl", "penalties=properties.quality.penalties:PadWithZero",

@@ -8,6 +8,7 @@
 #   WORKERS  pytest-xdist workers for the gate (default 4)
 #   PARTS    what to run: "gate bench" (default), "gate" or "bench" (one GPU call each fits
 #            the device's per-command limit when the gate profile takes long)
+#   HOTPATHS only these hot paths, space-separated (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
@@ -23,7 +24,9 @@ PARTS=${PARTS:-gate bench}
 gate_rc=0
 bench_rc=0
 if [[ " $PARTS " == *" gate "* ]]; then
-  python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda \
+  only=()
+  for name in ${HOTPATHS:-}; do only+=(--hotpath "$name"); done
+  python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda "${only[@]}" \
     -n "${WORKERS:-4}" --report-dir "$OUT" --fixture-dir "$OUT/regressions"
   gate_rc=$?
 fi

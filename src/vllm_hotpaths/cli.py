@@ -14,7 +14,7 @@ def _gate(args) -> int:
     from vllm_hotpaths import gate
 
     return gate.run(args.profile, args.require_cuda, args.require_vllm, args.impl, args.workers,
-                    Path(args.report_dir), args.fixture_dir)
+                    Path(args.report_dir), args.fixture_dir, hotpaths=args.hotpath)
 
 
 def _bench(args) -> int:
@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--require-cuda", action="store_true", help="a missing GPU is a failure")
     gate.add_argument("--require-vllm", action="store_true", help="a missing vLLM is a failure")
     gate.add_argument("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR")
+    gate.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS),
+                      help="only this hot path's properties (repeatable; default: all)")
     gate.add_argument("-n", "--workers", default=None, help="pytest-xdist workers (e.g. auto)")
     gate.add_argument("--report-dir", default=".", help="where gate-report.json/.md are written")
     gate.add_argument("--fixture-dir", default=None,

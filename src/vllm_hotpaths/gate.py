@@ -97,13 +97,16 @@ def table(rows: list[Row]) -> str:
 
 
 def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], workers: str | None,
-        report_dir: Path, fixture_dir: str | None = None, root: Path = fixtures.REPO) -> int:
+        report_dir: Path, fixture_dir: str | None = None, root: Path = fixtures.REPO,
+        hotpaths: list[str] | None = None) -> int:
     version = vllm_env.installed_version()
     print(f"vllm-hotpaths gate: profile {profile}, vLLM {version or 'not installed'}", flush=True)
     if require_vllm and version is None:
         print("gate: vLLM is not installed, so conformance cannot be checked (--require-vllm)")
         return 2
-    args = [str(root / "properties"), "-q", "-p", "no:cacheprovider", "-m", "check",
+    targets = [str(root / "properties" / f"test_{name}.py") for name in hotpaths] if hotpaths \
+        else [str(root / "properties")]
+    args = [*targets, "-q", "-p", "no:cacheprovider", "-m", "check",
             "--hypothesis-profile", profile, f"--rootdir={root}", "--no-header", "-rfE"]
     if require_cuda:
         args.append("--require-cuda")
