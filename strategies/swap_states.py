@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from strategies.penalties import note
 from vllm_hotpaths.swap_states import CondensedAlready, InvalidRow, check_swap_rows, live
 from vllm_hotpaths.swap_states.oracle import Lists
-from vllm_hotpaths.swap_states.state import BatchState, Request
+from vllm_hotpaths.swap_states.state import BatchState, Request, book_token
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Side:
     def token(self, req_id: str, token: int) -> None:
         """The sampled id is booked; the row's drafts are used up (the next step sets new ones
         before anything swaps or condenses, so no unwritten column is ever inside a row's prefix)."""
-        live.append_token(self.batch, req_id, token) if self.vllm else self.batch.append_token(req_id, token)
+        book_token(self.batch, req_id, token)
         self.drafts(req_id, [])
 
     def end_step(self) -> None:

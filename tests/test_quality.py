@@ -34,28 +34,23 @@ def assert_caught_with_fixture(result, fixture_dir, hotpath: str, mutant: str) -
     assert record["hotpath"] == hotpath and mutant in record["source"]
 
 
-@pytest.mark.parametrize("mutant, target", think_budget_mutants.MUTANTS.items())
-def test_think_budget_mutant_is_caught(mutant, target, run_cli, tmp_path):
-    version, prop = target
-    result = run_cli(
-        "-m", "pytest", "properties/test_think_budget.py", "-q", "-x", "-p", "no:cacheprovider",
-        "-k", f"{prop} and not fixtures and not cuda", "--hypothesis-profile", "ci",
-        "--impl", f"think_budget@{version}=properties.quality.think_budget:{mutant}",
-        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
-    )
-    assert_caught_with_fixture(result, tmp_path, "think_budget", mutant)
+VERSIONED_MUTANTS = [(hotpath, mutant, version, prop)
+                     for hotpath, module in (("think_budget", think_budget_mutants),
+                                             ("swap_states", swap_states_mutants))
+                     for mutant, (version, prop) in module.MUTANTS.items()]
 
 
-@pytest.mark.parametrize("mutant, target", swap_states_mutants.MUTANTS.items())
-def test_swap_states_mutant_is_caught(mutant, target, run_cli, tmp_path):
-    version, prop = target
+@pytest.mark.parametrize("hotpath, mutant, version, prop", VERSIONED_MUTANTS,
+                         ids=[f"{h}-{m}" for h, m, _, _ in VERSIONED_MUTANTS])
+def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp_path):
+    """A candidate checked against the reference of `version`; generated cases only, on CPU."""
     result = run_cli(
-        "-m", "pytest", "properties/test_swap_states.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-m", "pytest", f"properties/test_{hotpath}.py", "-q", "-x", "-p", "no:cacheprovider",
         "-k", f"{prop} and not fixtures and not cuda", "--hypothesis-profile", "ci",
-        "--impl", f"swap_states@{version}=properties.quality.swap_states:{mutant}",
+        "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
     )
-    assert_caught_with_fixture(result, tmp_path, "swap_states", mutant)
+    assert_caught_with_fixture(result, tmp_path, hotpath, mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark.

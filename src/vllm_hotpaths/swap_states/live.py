@@ -74,16 +74,6 @@ def _lora(lora_id: int):
     return LoRARequest(lora_name=f"lora-{lora_id}", lora_int_id=lora_id, lora_path="/nonexistent")
 
 
-def append_token(batch, req_id: str, token: int) -> None:
-    """What vLLM's model runner does with one sampled id of a request."""
-    index = batch.req_id_to_index[req_id]
-    end = int(batch.num_tokens_no_spec[index])
-    batch.token_ids_cpu[index, end] = token
-    batch.is_token_ids[index, end] = True
-    batch.num_tokens_no_spec[index] = end + 1
-    batch.req_output_token_ids[index].append(token)
-
-
 def update_spec(batch, req_id: str, drafts: list[int]) -> None:
     """`update_req_spec_token_ids` (it reads the request's id and records the draft count)."""
     request = type("DraftOwner", (), {"req_id": req_id, "prev_num_draft_len": 0})()

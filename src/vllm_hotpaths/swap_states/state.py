@@ -238,14 +238,19 @@ class BatchState:
             spec.extend(drafts)
 
     def append_token(self, req_id: str, token: int) -> None:
-        """The model runner's bookkeeping of one sampled id (-1: async placeholder)."""
-        index = self.req_id_to_index[req_id]
-        end = int(self.num_tokens_no_spec[index])
-        self.token_ids_cpu[index, end] = token
-        self.is_token_ids[index, end] = True
-        self.num_tokens_no_spec[index] = end + 1
-        self.req_output_token_ids[index].append(token)
+        book_token(self, req_id, token)
 
     def end_step(self) -> None:
         """`refresh_metadata`: the step's removals and moves have been handed on."""
         self.batch_update_builder.reset()
+
+
+def book_token(batch, req_id: str, token: int) -> None:
+    """The model runner's bookkeeping of one sampled id (-1: async placeholder), on this batch or
+    vLLM's InputBatch."""
+    index = batch.req_id_to_index[req_id]
+    end = int(batch.num_tokens_no_spec[index])
+    batch.token_ids_cpu[index, end] = token
+    batch.is_token_ids[index, end] = True
+    batch.num_tokens_no_spec[index] = end + 1
+    batch.req_output_token_ids[index].append(token)
