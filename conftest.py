@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, Phase, settings
 
 from vllm_hotpaths import fixtures, registry, vllm_env
 
-if vllm_env.installed_version() is not None:
-    vllm_env.set_cpu_environment()
+# Without a GPU, Triton kernels (ours and vLLM's) run in Triton's interpreter; this must happen
+# before any kernel module is imported.
+vllm_env.set_cpu_environment()
 
 # Properties share one per-test recorder across examples (it counts them and keeps the last case).
 # No `explain` phase: on the stateful thinking-budget machine it took most of a failure's time
@@ -60,6 +61,11 @@ def pytest_configure(config):
         "needs_vllm: runs only where vLLM is installed",
         "devices(*names): restrict the device parametrization",
         "needs_vllm_ops(name): runs only where vLLM's compiled op `name` can be loaded",
+        "triton: runs Triton kernels: CPU cases need TRITON_INTERPRET=1, CUDA cases a process "
+        "without it",
+        "implementation(label): what the property compares, when it takes no candidate",
+        "needs_interpreter: a Triton case on CPU tensors (set by the device parametrization)",
+        "needs_compiled_triton: a Triton case on CUDA tensors (set by the device parametrization)",
     ):
         config.addinivalue_line("markers", line)
     for assignment in config.getoption("impl"):
@@ -72,9 +78,11 @@ def pytest_configure(config):
 def pytest_generate_tests(metafunc):
     if "device" in metafunc.fixturenames:
         only = metafunc.definition.get_closest_marker("devices")
+        triton = metafunc.definition.get_closest_marker("triton") is not None
+        marks = {"cpu": [pytest.mark.needs_interpreter] if triton else [],
+                 "cuda": [pytest.mark.needs_cuda] + ([pytest.mark.needs_compiled_triton] if triton else [])}
         metafunc.parametrize("device", [
-            pytest.param(d, id=d, marks=[pytest.mark.needs_cuda] if d == "cuda" else [])
-            for d in ("cpu", "cuda") if only is None or d in only.args
+            pytest.param(d, id=d, marks=marks[d]) for d in ("cpu", "cuda") if only is None or d in only.args
         ])
     if "candidate" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("hotpath")
@@ -91,6 +99,12 @@ def pytest_runtest_setup(item):
         if item.config.getoption("require_cuda"):
             pytest.fail("--require-cuda: no CUDA device is visible to torch", pytrace=False)
         pytest.skip("no CUDA device")
+    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+    if item.get_closest_marker("needs_interpreter") and not interpreting:
+        pytest.skip("Triton kernels on CPU tensors run in Triton's interpreter: a process started "
+                    "with TRITON_INTERPRET=1 (`vllm-hotpaths gate` starts one)")
+    if item.get_closest_marker("needs_compiled_triton") and interpreting:
+        pytest.skip("TRITON_INTERPRET=1: this process runs Triton interpreted, not on the GPU")
     if item.get_closest_marker("needs_vllm") and vllm_env.installed_version() is None:
         pytest.skip("vLLM is not installed")
     ops = item.get_closest_marker("needs_vllm_ops")
@@ -106,6 +120,7 @@ class CaseLog:
         self.examples = 0
         self.last = None
         self.excused: set[str] = set()
+        self.shown_by: str | None = None  # a committed fixture that shows an excused divergence
 
     def record(self, case) -> None:
         self.examples += 1
@@ -113,6 +128,9 @@ class CaseLog:
 
     def excuse(self, entry) -> None:
         self.excused.add(entry.link)
+
+    def excuse_link(self, link: str) -> None:
+        self.excused.add(link)
 
 
 @pytest.fixture
@@ -133,8 +151,11 @@ def pytest_runtest_makereport(item, call):
     params = callspec.params if callspec else {}
     if hotpath is not None and check is not None:
         candidate = params.get("candidate")
+        label = item.get_closest_marker("implementation")
         if candidate:
             implementation = candidate[0]
+        elif label is not None:
+            implementation = label.args[0]
         else:  # conformance: the reference that the installed vLLM is checked against
             version = registry.get(hotpath.args[0]).reference_version_for(vllm_env.installed_version())
             implementation = f"reference@{version}"
@@ -146,6 +167,8 @@ def pytest_runtest_makereport(item, call):
             ("examples", log.examples if log else 0),
             ("excused", sorted(log.excused) if log else []),
         ]
+        if log is not None and log.shown_by:
+            report.user_properties.append(("fixture", log.shown_by))
     if report.failed and log is not None and log.last is not None and hotpath is not None:
         directory = Path(item.config.getoption("fixture_dir") or fixtures.REGRESSIONS)
         try:

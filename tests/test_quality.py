@@ -9,6 +9,7 @@ import json
 import pytest
 
 from properties.quality import penalties as penalties_mutants
+from properties.quality import recovered_tokens as recovered_tokens_mutants
 from properties.quality import swap_states as swap_states_mutants
 from properties.quality import think_budget as think_budget_mutants
 
@@ -51,6 +52,23 @@ def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
     )
     assert_caught_with_fixture(result, tmp_path, hotpath, mutant)
+
+
+CPU_RECOVERY_MUTANTS = {name: spec for name, spec in recovered_tokens_mutants.MUTANTS.items()
+                        if "cpu" in spec[2].split()}
+
+
+@pytest.mark.parametrize("mutant", sorted(CPU_RECOVERY_MUTANTS))
+def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
+    """Triton kernels interpreted on the CPU; `IEEEDivision` shows only on CUDA (the GPU run)."""
+    version, prop, _ = CPU_RECOVERY_MUTANTS[mutant]
+    result = run_cli(
+        "-m", "pytest", "properties/test_recovered_tokens.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-k", f"{prop} and cpu", "--hypothesis-profile", "ci",
+        "--impl", f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
+        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
+    )
+    assert_caught_with_fixture(result, tmp_path, "recovered_tokens", mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark.

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The CUDA half of the suite in one call, for a GPU machine with torch and the test tools but no
-# vLLM install: the gate on cpu + cuda (--require-cuda; conformance needs vLLM and is skipped),
-# then the benchmarks on cpu + cuda. Reports, benchmark JSON/PNG and any new fixture land in $OUT.
+# vLLM install: the gate on cpu + cuda (--require-cuda; conformance needs vLLM and is skipped;
+# Triton hot paths' CPU cases run in a second, interpreted process), then the benchmarks on
+# cpu + cuda. Reports, benchmark JSON/PNG and any new fixture land in $OUT.
 # With VLLM_HOTPATHS_VLLM_C naming vLLM's compiled _C.abi3.so (ci/gpu/stage-vllm-ops.sh), the
 # reference's CUDA arithmetic is also checked against vLLM's own CUDA op.
 #   PROFILE  Hypothesis profile for the gate (default gate)
 #   WORKERS  pytest-xdist workers for the gate (default 4)
 #   PARTS    what to run: "gate bench" (default), "gate" or "bench" (one GPU call each fits
 #            the device's per-command limit when the gate profile takes long)
-#   HOTPATHS only these hot paths, space-separated (default: all)
+#   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
@@ -23,15 +24,15 @@ PY
 PARTS=${PARTS:-gate bench}
 gate_rc=0
 bench_rc=0
+only=()
+for name in ${HOTPATHS:-}; do only+=(--hotpath "$name"); done
 if [[ " $PARTS " == *" gate "* ]]; then
-  only=()
-  for name in ${HOTPATHS:-}; do only+=(--hotpath "$name"); done
   python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda "${only[@]}" \
     -n "${WORKERS:-4}" --report-dir "$OUT" --fixture-dir "$OUT/regressions"
   gate_rc=$?
 fi
 if [[ " $PARTS " == *" bench "* ]]; then
-  python -m vllm_hotpaths.cli bench --device all --json "$OUT/bench.json" --plot "$OUT/bench.png"
+  python -m vllm_hotpaths.cli bench --device all "${only[@]}" --json "$OUT/bench.json" --plot "$OUT/bench.png"
   bench_rc=$?
 fi
 echo "gate exit $gate_rc, bench exit $bench_rc"

@@ -68,6 +68,11 @@ def load(directory: Path, hotpath: str, case_type: type[T]) -> list[tuple[Path, 
     return found
 
 
+def link_of(path: Path) -> str | None:
+    """The upstream issue or PR a fixture was committed for (None for a found failure)."""
+    return json.loads(Path(path).read_text()).get("link")
+
+
 def replayed(hotpath: str, case_type: type, argname: str, convert: Callable | None = None,
              directory: Path = REGRESSIONS):
     """Decorator: add every committed `case_type` fixture of this hot path as an explicit example

@@ -5,17 +5,26 @@ each property's report (hot path, check, device, implementation, examples, fixtu
 row per property while it runs and a table per hot path x check x device at the end, and writes
 `gate-report.json` / `gate-report.md`. It fails on any failing property and on a missing
 required device or vLLM.
+
+Triton kernels run either compiled (CUDA tensors) or in Triton's interpreter (CPU tensors), chosen
+per process before the kernels are defined. Where a GPU is visible, the gate therefore runs the
+CPU cases of Triton hot paths in a second gate process with TRITON_INTERPRET=1 and merges its rows.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from vllm_hotpaths import fixtures, vllm_env
+from vllm_hotpaths import fixtures, registry, vllm_env
+
 
 @dataclass
 class Row:
@@ -40,7 +49,15 @@ class Row:
     def as_json(self) -> dict:
         return {"hotpath": self.hotpath, "check": self.check, "device": self.device,
                 "implementation": self.implementation, "status": self.status,
-                "examples": self.examples, "fixture": self.fixture}
+                "examples": self.examples, "fixture": self.fixture,
+                "outcomes": self.outcomes, "excused": sorted(self.excused)}
+
+    def merge(self, other: dict) -> None:
+        """Add a row of another gate process's report (same key)."""
+        self.outcomes += other["outcomes"]
+        self.examples += other["examples"]
+        self.excused.update(other["excused"])
+        self.fixture = self.fixture or other["fixture"]
 
 
 class GatePlugin:
@@ -96,6 +113,29 @@ def table(rows: list[Row]) -> str:
                      + [fmt(line) for line in lines[1:]])
 
 
+def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths):
+    """(exit code, report rows) of a gate process over the Triton hot paths with
+    TRITON_INTERPRET=1, or None where this process already interprets (no GPU) or none is chosen."""
+    import torch
+
+    names = [n for n in (hotpaths or registry.HOTPATHS) if registry.get(n).triton]
+    if not names or os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return None
+    with tempfile.TemporaryDirectory() as report_dir:
+        cmd = [sys.executable, "-m", "vllm_hotpaths.cli", "gate", "--profile", profile,
+               "--report-dir", report_dir]
+        cmd += [arg for name in names for arg in ("--hotpath", name)]
+        cmd += [arg for impl in impls for arg in ("--impl", impl)]
+        cmd += (["--require-vllm"] if require_vllm else []) + (["-n", workers] if workers else [])
+        cmd += ["--fixture-dir", fixture_dir] if fixture_dir else []
+        print(f"gate: CPU cases of {', '.join(names)} in Triton's interpreter (a second process)",
+              flush=True)
+        code = subprocess.run(cmd, env=dict(os.environ, TRITON_INTERPRET="1")).returncode
+        report = Path(report_dir) / "gate-report.json"
+        rows = json.loads(report.read_text())["results"] if report.exists() else []
+    return (code if rows else 2), rows
+
+
 def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], workers: str | None,
         report_dir: Path, fixture_dir: str | None = None, root: Path = fixtures.REPO,
         hotpaths: list[str] | None = None) -> int:
@@ -118,6 +158,13 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
         args += ["--fixture-dir", fixture_dir]
     plugin = GatePlugin()
     code = pytest.main(args, plugins=[plugin])
+    interpreted = _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths)
+    if interpreted is not None:
+        child_code, child_rows = interpreted
+        code = code if child_code in (0, 5) else child_code
+        for result in child_rows:
+            key = tuple(result[k] for k in ("hotpath", "check", "device", "implementation"))
+            plugin.rows.setdefault(key, Row(*key)).merge(result)
     rows = sorted(plugin.rows.values(), key=lambda r: (r.hotpath, r.check, r.device, r.implementation))
     if not rows:
         print("gate: no property ran")

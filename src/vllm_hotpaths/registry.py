@@ -35,6 +35,7 @@ class HotPath:
     live: str  # adapter over the installed vLLM's own function
     live_kernels: str | None = None  # adapter over vLLM's compiled CUDA ops (no Python vLLM needed)
     bench: str | None = None  # "module:attr" of the benchmark function
+    triton: bool = False  # Triton kernels: CPU cases need a TRITON_INTERPRET=1 process
 
     def reference_version_for(self, vllm_version: str | None) -> str:
         """The newest frozen reference not newer than `vllm_version` (the newest if None)."""
@@ -118,6 +119,19 @@ SWAP_STATES_CONTRACT = Contract(
     ),
 )
 
+RECOVERED_TOKENS_CONTRACT = Contract(
+    methods=("recover",),
+    doc=(
+        "factory(device, tiles: recovered_tokens.Tiles | None = None) -> object with\n"
+        "  recover(max_spec_len, num_draft_tokens: list[int], cu_num_draft_tokens, draft_token_ids,\n"
+        "          draft_probs | None, target_probs, q) -> ids [num_tokens], draft_token_ids' dtype\n"
+        "      vLLM's sample_recovered_tokens with the noise q [B, V] fp32 given; every id in\n"
+        "      [0, V); raises InvalidRecoveryInput (a ValueError) for inconsistent shapes, dtypes,\n"
+        "      devices or counts\n"
+        "tiles: test-sized tiling (a candidate may ignore it; results must not depend on it)."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -150,6 +164,18 @@ HOTPATHS: dict[str, HotPath] = {
               "active-prefix@0.33.0": ("vllm_hotpaths.swap_states.fast:ActivePrefixSwap033", "0.33.0")},
         live="vllm_hotpaths.swap_states.live:live_batch",
         bench="vllm_hotpaths.swap_states.bench:run",
+    ),
+    "recovered_tokens": HotPath(
+        name="recovered_tokens",
+        upstream="vllm.v1.sample.rejection_sampler.sample_recovered_tokens",
+        contract=RECOVERED_TOKENS_CONTRACT,
+        references={"0.16.0": "vllm_hotpaths.recovered_tokens.reference:DivisionReference",
+                    "0.22.0": "vllm_hotpaths.recovered_tokens.reference:ReciprocalReference"},
+        fast={"split-vocab@0.16.0": ("vllm_hotpaths.recovered_tokens.fast:SplitVocabDivision", "0.16.0"),
+              "split-vocab@0.22.0": ("vllm_hotpaths.recovered_tokens.fast:SplitVocabReciprocal", "0.22.0")},
+        live="vllm_hotpaths.recovered_tokens.live:LiveRecovery",
+        bench="vllm_hotpaths.recovered_tokens.bench:run",
+        triton=True,
     ),
 }
 

@@ -1,7 +1,8 @@
 """Finding the installed vLLM and making its sampler modules run on a CPU-only machine.
 
-vLLM's hot-path modules import and run on CPU torch. Where no GPU is visible, two variables are
-set before vLLM is imported (no torch.compile of the CPU sampler, CPU target), and after
+vLLM's hot-path modules import and run on CPU torch. Where no GPU is visible, variables are set
+before vLLM or any Triton kernel is imported (Triton kernels run in Triton's interpreter, vLLM
+keeps Triton although no driver is active, no torch.compile of the CPU sampler, CPU target), and after
 `import vllm` vLLM's own `CpuPlatform` becomes the current platform (the unspecified fallback asks
 for pinned memory) and pinned memory is switched off where vLLM reads it from a module constant.
 With a GPU, vLLM is left as it configures itself.
@@ -32,8 +33,11 @@ def _no_gpu() -> bool:
 
 
 def set_cpu_environment() -> None:
-    """Variables vLLM reads at import time, set where no GPU is visible; call before importing vLLM."""
+    """Variables read at import time, set where no GPU is visible; call before importing vLLM or
+    a module defining Triton kernels."""
     if _no_gpu():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton has no CPU backend
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # vLLM's "no driver: disable Triton" check
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of the CPU sampler
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 

@@ -1,0 +1,106 @@
+"""Deliberately wrong recovered-token candidates: each must be caught by the `ci` profile.
+
+Run one with `pytest properties/test_recovered_tokens.py
+--impl recovered_tokens@0.22.0=properties.quality.recovered_tokens:NAME`; `tests/test_quality.py`
+runs them all (CPU, interpreted) and requires a failure with a written fixture. `IEEEDivision`
+differs from the 0.16 reference only where Triton's division is approximate: on CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from vllm_hotpaths.recovered_tokens.fast import SplitVocabDivision, SplitVocabReciprocal
+
+
+@triton.jit
+def _ieee_divide(residual, q):
+    return tl.math.div_rn(residual, q)
+
+
+@triton.jit
+def _nan_and_padding_compete(score, inside):
+    """Upstream 0.22's tile contest: lanes past V score 0, NaN left to the reduction."""
+    return tl.where(inside, score, 0.0)
+
+
+class DividesFor022(SplitVocabDivision):
+    """The 0.22 variant scoring `residual / q`, as 0.16 did."""
+
+
+class IEEEDivision(SplitVocabDivision):
+    """The 0.16 variant with a correctly rounded division instead of Triton's `/`."""
+
+    score = _ieee_divide
+
+
+class PaddingCompetes(SplitVocabReciprocal):
+    """No -inf for NaN scores and lanes past V (the tile contest before vLLM PR #44744)."""
+
+    contestants = _nan_and_padding_compete
+
+
+@triton.jit
+def _pick_last_best(out_ptr, best_ptr, best_id_ptr, token, base, num_slices, SLICES: tl.constexpr):
+    slices = tl.arange(0, SLICES)
+    best = tl.load(best_ptr + base + slices, mask=slices < num_slices, other=float("-inf"))
+    winner = tl.argmax(best, axis=0, tie_break_left=False)
+    tl.store(out_ptr + token, tl.load(best_id_ptr + base + winner))
+
+
+class LaterSliceWinsTies(SplitVocabReciprocal):
+    """Equal slice maxima go to the last slice (a `>=` in the final pick)."""
+
+    pick = _pick_last_best
+
+
+class DropsLastPartialSlice(SplitVocabReciprocal):
+    """Counts slices with floor division: lanes of the last partial slice never compete."""
+
+    @staticmethod
+    def _slices(vocab, lanes):
+        return max(vocab // lanes, 1)
+
+
+class DraftLaneNotMasked(SplitVocabReciprocal):
+    """Without draft probabilities, forgets to zero the draft token's lane."""
+
+    def recover(self, max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q):
+        if draft_probs is None:
+            draft_token_ids = torch.full_like(draft_token_ids, -1)
+        return super().recover(max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q)
+
+
+class ResidualNotClamped(SplitVocabReciprocal):
+    """Ranks `target - draft` without `max(., 0)`: an all-negative residual picks its largest."""
+
+    def recover(self, max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q):
+        if draft_probs is None:
+            return super().recover(max_spec_len, num_draft_tokens, cu, draft_token_ids, None, target_probs, q)
+        no_mask = torch.full_like(draft_token_ids, -1)
+        return super().recover(max_spec_len, num_draft_tokens, cu, no_mask, None,
+                               (target_probs - draft_probs).contiguous(), q)
+
+
+class NaNResidualIsZero(SplitVocabReciprocal):
+    """A NaN probability counts as 0 (what `maxnum` does on CUDA) instead of never winning."""
+
+    def recover(self, max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q):
+        target_probs = torch.nan_to_num(target_probs, nan=0.0)
+        draft_probs = None if draft_probs is None else torch.nan_to_num(draft_probs, nan=0.0)
+        return super().recover(max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q)
+
+
+# name -> (reference version it claims, property that must catch it, devices it shows on)
+MUTANTS = {
+    "DividesFor022": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "IEEEDivision": ("0.16.0", "test_candidate_matches_reference", "cuda"),
+    "PaddingCompetes": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "LaterSliceWinsTies": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "DropsLastPartialSlice": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "DraftLaneNotMasked": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "ResidualNotClamped": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "NaNResidualIsZero": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+}

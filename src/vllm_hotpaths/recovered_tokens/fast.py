@@ -1,0 +1,162 @@
+"""Split-vocabulary recovered-token sampling: many programs per draft position, one launch.
+
+Upstream runs one program per draft position; with few positions (16 requests x 3 drafts) most
+of the GPU idles while each program walks a 130k-lane vocabulary. Here a program owns one draft
+position's slice of the vocabulary (`lanes_per_program` lanes, tiles of `block`; enough slices
+to give every SM several programs) and writes the slice's best (score, id); the position's last
+program to finish (an atomic arrival count) picks the best slice (ties: the earlier slice, whose
+ids are lower). No memset either: the counters are reset by the program that read them. The
+winner is the same as a single pass over the whole vocabulary: highest score, lowest id on ties,
+with NaN scores and lanes past V never winning.
+
+Two exact variants, one per reference: `SplitVocabDivision` scores `residual / q` (vLLM 0.16.0)
+with the same Triton division as the reference; `SplitVocabReciprocal` scores
+`residual * (1 / q)` (vLLM 0.22.0) with the reciprocal correctly rounded in the kernel
+(`div_rn`, the value `q.reciprocal()` gives), so no `inv_q` tensor is written and read back.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from vllm_hotpaths.recovered_tokens import Tiles, check_inputs
+from vllm_hotpaths.recovered_tokens.reference import _contestants, _residual, draft_pointer
+
+# Tuned on an H100 (sweep of block 512-4096, 2-10,000 programs per SM, 4/8 warps, 1-4 pipeline
+# stages at the benchmark's shapes): fewer, longer programs wait on memory in series; more,
+# shorter ones pay their fixed cost (index loads, arrival count) too often.
+BLOCK = 1024
+PROGRAMS_PER_SM = 8
+NUM_WARPS = 4
+
+
+@triton.jit
+def divide(residual, q):
+    return residual / q
+
+
+@triton.jit
+def times_reciprocal(residual, q):
+    return residual * tl.math.div_rn(1.0, q)
+
+
+@triton.jit
+def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr,
+                  target_ptr, q_ptr, vocab_size, lanes_per_program, num_slices, BLOCK: tl.constexpr,
+                  SLICES: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr, SCORE: tl.constexpr,
+                  CONTESTANTS: tl.constexpr, PICK: tl.constexpr):
+    req = tl.program_id(0)
+    pos = tl.program_id(1)
+    piece = tl.program_id(2)
+    start = tl.load(cu_ptr + req - 1, mask=req > 0, other=0)
+    if pos >= tl.load(cu_ptr + req) - start:
+        return
+    token = start + pos
+    draft_id = tl.load(draft_ids_ptr + token)
+    row = token.to(tl.int64) * vocab_size
+    noise_row = req.to(tl.int64) * vocab_size
+    first_lane = piece * lanes_per_program
+    best = float("-inf")
+    best_id = 0
+    for first in range(first_lane, first_lane + lanes_per_program, BLOCK):
+        lanes = first + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        residual = _residual(target_ptr, draft_probs_ptr, draft_id, row, lanes, inside, NO_DRAFT_PROBS)
+        q = tl.load(q_ptr + noise_row + lanes, mask=inside, other=1.0)
+        score = CONTESTANTS(SCORE(residual, q), inside)
+        tile_best, tile_id = tl.max(score, axis=0, return_indices=True)
+        if tile_best > best:
+            best = tile_best
+            best_id = first + tile_id
+    base = token.to(tl.int64) * num_slices
+    tl.store(best_ptr + base + piece, best)
+    tl.store(best_id_ptr + base + piece, best_id)
+    # The last program of this position to finish picks the best slice: a barrier orders every
+    # thread's stores before the release of the counter; the acquiring program reads past L1.
+    tl.debug_barrier()
+    if tl.atomic_add(arrived_ptr + token, 1, sem="acq_rel", scope="gpu") == num_slices - 1:
+        PICK(out_ptr, best_ptr, best_id_ptr, token, base, num_slices, SLICES)
+        tl.atomic_xchg(arrived_ptr + token, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@triton.jit
+def pick_first_best(out_ptr, best_ptr, best_id_ptr, token, base, num_slices, SLICES: tl.constexpr):
+    slices = tl.arange(0, SLICES)
+    best = tl.load(best_ptr + base + slices, mask=slices < num_slices, other=float("-inf"),
+                   cache_modifier=".cg")
+    winner = tl.argmax(best, axis=0)  # ties: the earliest slice, whose ids are lower
+    tl.store(out_ptr + token, tl.load(best_id_ptr + base + winner, cache_modifier=".cg"))
+
+
+
+_arrivals: dict[tuple, torch.Tensor] = {}
+
+
+def _arrival_counters(device: torch.device, num_tokens: int) -> torch.Tensor:
+    """Zeroed per-position counters, one set per device and stream, kept between calls (each
+    call's last programs put them back to zero), so no call pays a memset."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    counters = _arrivals.get(key)
+    if counters is None or counters.numel() < num_tokens:
+        counters = _arrivals[key] = torch.zeros(max(num_tokens, 1024), dtype=torch.int32, device=device)
+    return counters
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class SplitVocabDivision:
+    """Exact to `DivisionReference` (vLLM 0.16.0)."""
+
+    score = divide
+    contestants = _contestants
+    pick = pick_first_best
+
+    def __init__(self, device, tiles: Tiles | None = None):
+        self.device = torch.device(device)
+        self.tiles = tiles
+        self.sms = _sm_count(self.device)
+
+    def _lanes_per_program(self, num_tokens: int, vocab: int) -> tuple[int, int]:
+        if self.tiles is not None:
+            return self.tiles.block, self.tiles.block * self.tiles.split
+        blocks = triton.cdiv(vocab, BLOCK)
+        wanted_slices = max(1, triton.cdiv(self.sms * PROGRAMS_PER_SM, num_tokens))
+        return BLOCK, BLOCK * triton.cdiv(blocks, min(blocks, wanted_slices))
+
+    def recover(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
+                draft_probs, target_probs, q):
+        check_inputs(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
+                     draft_probs, target_probs, q)
+        out = torch.empty_like(draft_token_ids)
+        num_tokens, vocab = target_probs.shape
+        if num_tokens == 0:
+            return out
+        block, lanes = self._lanes_per_program(num_tokens, vocab)
+        slices = self._slices(vocab, lanes)
+        best = torch.empty((num_tokens, slices), dtype=torch.float32, device=target_probs.device)
+        best_id = torch.empty((num_tokens, slices), dtype=torch.int32, device=target_probs.device)
+        arrived = _arrival_counters(target_probs.device, num_tokens)
+        kind = type(self)
+        _slice_kernel[(len(num_draft_tokens), max_spec_len, slices)](
+            out, best, best_id, arrived, cu_num_draft_tokens, draft_token_ids,
+            draft_pointer(draft_probs, target_probs), target_probs, q, vocab, lanes, slices,
+            BLOCK=block, SLICES=triton.next_power_of_2(slices), NO_DRAFT_PROBS=draft_probs is None,
+            SCORE=kind.score, CONTESTANTS=kind.contestants, PICK=kind.pick, num_warps=NUM_WARPS)
+        return out
+
+    @staticmethod
+    def _slices(vocab: int, lanes: int) -> int:
+        return triton.cdiv(vocab, lanes)
+
+
+class SplitVocabReciprocal(SplitVocabDivision):
+    """Exact to `ReciprocalReference` (vLLM 0.22.0)."""
+
+    score = times_reciprocal
