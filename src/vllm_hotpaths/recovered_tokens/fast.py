@@ -46,7 +46,7 @@ def times_reciprocal(residual, q):
 def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr,
                   target_ptr, q_ptr, vocab_size, lanes_per_program, num_slices, BLOCK: tl.constexpr,
                   SLICES: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr, SCORE: tl.constexpr,
-                  CONTESTANTS: tl.constexpr, PICK: tl.constexpr):
+                  CONTESTANTS: tl.constexpr, PICK: tl.constexpr, WIDE: tl.constexpr):
     req = tl.program_id(0)
     pos = tl.program_id(1)
     piece = tl.program_id(2)
@@ -55,8 +55,11 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
         return
     token = start + pos
     draft_id = tl.load(draft_ids_ptr + token)
-    row = token.to(tl.int64) * vocab_size
-    noise_row = req.to(tl.int64) * vocab_size
+    if WIDE:  # 64-bit offsets only where 32 bits overflow: they cost registers per lane
+        token = token.to(tl.int64)
+        req = req.to(tl.int64)
+    row = token * vocab_size
+    noise_row = req * vocab_size
     first_lane = piece * lanes_per_program
     best = float("-inf")
     best_id = 0
@@ -70,7 +73,7 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
         if tile_best > best:
             best = tile_best
             best_id = first + tile_id
-    base = token.to(tl.int64) * num_slices
+    base = token * num_slices
     tl.store(best_ptr + base + piece, best)
     tl.store(best_id_ptr + base + piece, best_id)
     # The last program of this position to finish picks the best slice: a barrier orders every
@@ -148,7 +151,8 @@ class SplitVocabDivision:
             out, best, best_id, arrived, cu_num_draft_tokens, draft_token_ids,
             draft_pointer(draft_probs, target_probs), target_probs, q, vocab, lanes, slices,
             BLOCK=block, SLICES=triton.next_power_of_2(slices), NO_DRAFT_PROBS=draft_probs is None,
-            SCORE=kind.score, CONTESTANTS=kind.contestants, PICK=kind.pick, num_warps=NUM_WARPS)
+            SCORE=kind.score, CONTESTANTS=kind.contestants, PICK=kind.pick,
+            WIDE=max(num_tokens * max(vocab, slices), q.numel()) >= 2 ** 31, num_warps=NUM_WARPS)
         return out
 
     @staticmethod

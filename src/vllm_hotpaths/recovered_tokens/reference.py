@@ -8,6 +8,8 @@ upstream's arithmetic: on CUDA Triton's fp32 `/` is approximate) and as plain to
   `residual * inv_q`, and keeps a tile's maximum only if it is strictly greater (earlier tiles win
   ties).
 Both keep every id in [0, V): NaN scores and lanes past V never win (see the package docstring).
+Offsets are computed in the index type as upstream does (int32 for an int32 `cu_num_draft_tokens`,
+so like upstream the references need num_tokens * V < 2**31 there).
 """
 
 from __future__ import annotations
@@ -49,9 +51,9 @@ def _division_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_ptr
     lanes = tl.arange(0, PADDED_VOCAB)
     inside = lanes < vocab_size
     draft_id = tl.load(draft_ids_ptr + token)
-    residual = _residual(target_ptr, draft_probs_ptr, draft_id, token.to(tl.int64) * vocab_size,
-                         lanes, inside, NO_DRAFT_PROBS)
-    q = tl.load(q_ptr + req.to(tl.int64) * vocab_size + lanes, mask=inside, other=1.0)
+    residual = _residual(target_ptr, draft_probs_ptr, draft_id, token * vocab_size, lanes, inside,
+                         NO_DRAFT_PROBS)
+    q = tl.load(q_ptr + req * vocab_size + lanes, mask=inside, other=1.0)
     score = _contestants(residual / q, inside)
     tl.store(out_ptr + token, tl.argmax(score, axis=0))
 
@@ -66,8 +68,8 @@ def _reciprocal_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_p
         return
     token = start + pos
     draft_id = tl.load(draft_ids_ptr + token)
-    row = token.to(tl.int64) * vocab_size
-    noise_row = req.to(tl.int64) * vocab_size
+    row = token * vocab_size  # offsets in the index type, as upstream (int32 for int32 `cu`)
+    noise_row = req * vocab_size
     best = float("-inf")
     best_id = 0
     for first in range(0, vocab_size, BLOCK):
