@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from vllm_hotpaths.recovered_tokens import Tiles, check_inputs
-from vllm_hotpaths.recovered_tokens.reference import _contestants, _residual, draft_pointer
+from vllm_hotpaths.recovered_tokens.reference import _contestants, _residual, _span, draft_pointer
 
 # Tuned on an H100 (sweep of block 512-4096, 2-10,000 programs per SM, 4/8 warps, 1-4 pipeline
 # stages at the benchmark's shapes): fewer, longer programs wait on memory in series; more,
@@ -50,8 +50,8 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
     req = tl.program_id(0)
     pos = tl.program_id(1)
     piece = tl.program_id(2)
-    start = tl.load(cu_ptr + req - 1, mask=req > 0, other=0)
-    if pos >= tl.load(cu_ptr + req) - start:
+    start, count = _span(cu_ptr, req)
+    if pos >= count:
         return
     token = start + pos
     draft_id = tl.load(draft_ids_ptr + token)

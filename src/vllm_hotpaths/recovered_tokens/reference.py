@@ -34,6 +34,13 @@ def _residual(target_ptr, draft_ptr, draft_id, row, lanes, inside, NO_DRAFT_PROB
 
 
 @triton.jit
+def _span(cu_ptr, req):
+    """(first token, draft count) of request `req` from the running sum of draft counts."""
+    start = tl.load(cu_ptr + req - 1, mask=req > 0, other=0)
+    return start, tl.load(cu_ptr + req) - start
+
+
+@triton.jit
 def _contestants(score, inside):
     """Scores that may win: NaN and lanes past the vocabulary become -inf."""
     return tl.where(inside & (score == score), score, float("-inf"))
@@ -44,8 +51,8 @@ def _division_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_ptr
                      vocab_size, PADDED_VOCAB: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr):
     req = tl.program_id(0)
     pos = tl.program_id(1)
-    start = tl.load(cu_ptr + req - 1, mask=req > 0, other=0)
-    if pos >= tl.load(cu_ptr + req) - start:
+    start, count = _span(cu_ptr, req)
+    if pos >= count:
         return
     token = start + pos
     lanes = tl.arange(0, PADDED_VOCAB)
@@ -63,8 +70,8 @@ def _reciprocal_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_p
                        vocab_size, BLOCK: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr):
     req = tl.program_id(0)
     pos = tl.program_id(1)
-    start = tl.load(cu_ptr + req - 1, mask=req > 0, other=0)
-    if pos >= tl.load(cu_ptr + req) - start:
+    start, count = _span(cu_ptr, req)
+    if pos >= count:
         return
     token = start + pos
     draft_id = tl.load(draft_ids_ptr + token)
