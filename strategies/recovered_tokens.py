@@ -24,6 +24,7 @@ Lanes are taken modulo the vocabulary size, tokens and requests modulo their cou
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -69,6 +70,10 @@ class RecoveryCase:
         return None if self.fast_tiles is None else Tiles(*self.fast_tiles)
 
     def build(self) -> "Inputs":
+        """The inputs (shared between calls for the same case: read them, do not write)."""
+        return _build(self)
+
+    def _make(self) -> "Inputs":
         rng = np.random.default_rng(self.seed)
         tokens, vocab, reqs = self.num_tokens, self.vocab_size, len(self.draft_counts)
 
@@ -92,7 +97,7 @@ class RecoveryCase:
     def tensors(self, device) -> dict:
         """The keyword arguments of `recover`, on `device`."""
         built = self.build()
-        to = lambda a, dtype=torch.float32: torch.from_numpy(np.ascontiguousarray(a)).to(device, dtype)  # noqa: E731
+        to = lambda a, dtype=torch.float32: torch.from_numpy(np.array(a)).to(device, dtype)  # noqa: E731 (a copy)
         return dict(
             max_spec_len=self.max_spec_len,
             num_draft_tokens=list(self.draft_counts),
@@ -141,6 +146,12 @@ class RecoveryCase:
                                & (built.q[built.request[t]] == built.q[built.request[t], a]))
                 flags[t] = bool(extreme.any() or (close & ~same_inputs).any())
         return flags
+
+
+@functools.lru_cache(maxsize=4)
+def _build(case: RecoveryCase) -> "Inputs":
+    """One build per case for the strategy's events, the ledger's predicates and the tensors."""
+    return case._make()
 
 
 @dataclass
