@@ -127,7 +127,7 @@ class CaseLog:
         self.last = case
 
     def excuse(self, entry) -> None:
-        self.excused.add(entry.link)
+        self.excuse_link(entry.link)
 
     def excuse_link(self, link: str) -> None:
         self.excused.add(link)
