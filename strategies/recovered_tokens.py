@@ -15,7 +15,8 @@ near-tie of whatever currently wins):
                                 steps of the winner's ratio that make `lane` win under one of
                                 `residual / q` and `residual * (1/q)` and lose under the other
                                 (IEEE; a "near" edit when there is none)
-  ("nan", token, lane, which)   NaN target (which 0) or NaN draft (which 1) probability
+  ("nan", token, lane, which)   NaN target (which 0) or NaN draft (which 1) probability, or
+                                a whole NaN target row (which 2: a model's NaN logits)
   ("subnormal", token, lane, m) target probability m * 2**-149
   ("inf", token, lane, 0)       infinite target probability
   ("noise", request, lane, v)   q[request, lane] = v (0, tiny, huge, subnormal, inf)
@@ -242,6 +243,8 @@ class Inputs:
             self.target[t, lane] = value
             if self.draft is not None:
                 self.draft[t, lane] = 0
+        elif kind == "nan" and arg == 2:
+            self.target[t] = np.nan
         elif kind == "nan":
             (self.draft if arg and self.draft is not None else self.target)[t, lane] = np.nan
         elif kind == "subnormal":
@@ -274,7 +277,7 @@ def _edit(vocab: int, widths: list[int]) -> st.SearchStrategy[tuple]:
         st.tuples(st.just("flip"), index, lane, st.integers(0, 16)),
         st.tuples(st.sampled_from(("zero", "single", "inf")), index, lane, st.just(0)),
         st.tuples(st.just("near"), index, lane, st.integers(-4, 4)),
-        st.tuples(st.just("nan"), index, lane, st.integers(0, 1)),
+        st.tuples(st.just("nan"), index, lane, st.integers(0, 2)),
         st.tuples(st.just("subnormal"), index, lane, st.integers(1, 2 ** 23)),
         st.tuples(st.just("noise"), index, lane, st.sampled_from(NOISE_EDGES)),
     )

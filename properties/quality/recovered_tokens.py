@@ -37,7 +37,8 @@ class IEEEDivision(SplitVocabDivision):
 
 
 class PaddingCompetes(SplitVocabReciprocal):
-    """No -inf for NaN scores and lanes past V (the tile contest before vLLM PR #44744)."""
+    """No -inf for NaN scores and lanes past V (the tile contest before vLLM PR #44744): where
+    every real lane of a slice is NaN, a lane past V wins with its 0."""
 
     contestants = _nan_and_padding_compete
 
@@ -54,6 +55,18 @@ class LaterSliceWinsTies(SplitVocabReciprocal):
     """Equal slice maxima go to the last slice (a `>=` in the final pick)."""
 
     pick = _pick_last_best
+
+
+@triton.jit
+def _best_of_lowest_lane(lane_best, lane_id):
+    best, lane = tl.max(lane_best, axis=0, return_indices=True)
+    return best, tl.sum(tl.where(tl.arange(0, lane_best.shape[0]) == lane, lane_id, 0), axis=0)
+
+
+class LowestLaneWinsTies(SplitVocabReciprocal):
+    """A tie within a slice goes to the lowest lane, whose id may come from a later tile."""
+
+    slice_best = _best_of_lowest_lane
 
 
 class DropsLastPartialSlice(SplitVocabReciprocal):
@@ -99,6 +112,7 @@ MUTANTS = {
     "IEEEDivision": ("0.16.0", "test_candidate_matches_reference", "cuda"),
     "PaddingCompetes": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
     "LaterSliceWinsTies": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "LowestLaneWinsTies": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
     "DropsLastPartialSlice": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
     "DraftLaneNotMasked": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
     "ResidualNotClamped": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),

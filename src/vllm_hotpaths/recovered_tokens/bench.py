@@ -9,11 +9,15 @@ one noise row per request) divided by the device's copy rate, measured as (read 
 per second of a 1 GiB device-to-device copy. "kernels" times the launches alone (the 0.22
 reference given `q.reciprocal()` made beforehand, as upstream's host does); "call" times a whole
 `recover` call the same way (the reciprocal and scratch allocation included, host work not).
+"read-only" times a kernel with the fast kernel's grid and tiles that reads the same bytes and
+keeps a running maximum, selecting no id: what this launch shape costs before any selection.
 """
 
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from vllm_hotpaths import registry
 
@@ -69,6 +73,36 @@ def inputs(batch: int, drafts: int, vocab: int, draft_probs: bool, device) -> di
     )
 
 
+@triton.jit
+def _read_only_kernel(out_ptr, target_ptr, draft_ptr, q_ptr, vocab_size, lanes_per_program, drafts,
+                      BLOCK: tl.constexpr, HAS_DRAFT: tl.constexpr):
+    req = tl.program_id(0)
+    token = req * drafts + tl.program_id(1)  # the benchmark's requests all have `drafts` drafts
+    first_lane = tl.program_id(2) * lanes_per_program
+    acc = tl.full((BLOCK,), float("-inf"), tl.float32)
+    for first in range(first_lane, first_lane + lanes_per_program, BLOCK):
+        lanes = first + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        value = tl.load(target_ptr + token * vocab_size + lanes, mask=inside, other=0.0)
+        if HAS_DRAFT:
+            value -= tl.load(draft_ptr + token * vocab_size + lanes, mask=inside, other=0.0)
+        acc = tl.maximum(acc, value * tl.load(q_ptr + req * vocab_size + lanes, mask=inside, other=1.0))
+    tl.store(out_ptr + token * tl.num_programs(2) + tl.program_id(2), tl.max(acc, axis=0))
+
+
+def _read_only(fast, args: dict):
+    """The fast kernel's launch shape reading the same bytes, with no id selected."""
+    target, draft = args["target_probs"], args["draft_probs"]
+    num_tokens, vocab = target.shape
+    block, lanes = fast._lanes_per_program(num_tokens, vocab)
+    slices = fast._slices(vocab, lanes)
+    out = torch.empty(num_tokens * slices, device=target.device)
+    grid = (len(args["num_draft_tokens"]), args["max_spec_len"], slices)
+    return lambda: _read_only_kernel[grid](out, target, target if draft is None else draft, args["q"],
+                                           vocab, lanes, args["max_spec_len"], BLOCK=block,
+                                           HAS_DRAFT=draft is not None)
+
+
 def _kernel_only(impl, args: dict):
     """The launch(es) alone: what runs on the device once the host has its inputs."""
     from vllm_hotpaths.recovered_tokens import fast, reference
@@ -101,7 +135,7 @@ def run(device: str = "cuda", quick: bool = False) -> list[dict]:
     print(f"recovered_tokens on {gpu}: copy rate {rate / 1e12:.2f} TB/s (read + write)")
     print(f"{'B':>4} {'k':>2} {'V':>7} {'draft':>5} {'floor':>8} | {'0.16 ref':>9} {'fast':>8} "
           f"{'ratio':>6} | {'0.22 ref':>9} {'fast':>8} {'ratio':>6} {'x floor':>7} | "
-          f"{'0.22 call':>9} {'fast call':>9}")
+          f"{'0.22 call':>9} {'fast call':>9} | {'read-only':>9} {'x floor':>7}")
     records = []
     shapes = SHAPES[:1] if quick else SHAPES
     for batch, drafts, vocab in shapes:
@@ -120,6 +154,7 @@ def run(device: str = "cuda", quick: bool = False) -> list[dict]:
                     times[version, label] = device_time(lambda a, impl=impl: _kernel_only(impl, a), copies)
                     times[version, label, "call"] = device_time(
                         lambda a, impl=impl: (lambda: impl.recover(**a)), copies)
+            times["read-only"] = device_time(lambda a: _read_only(fast, a), copies)
             us = lambda key: times[key] * 1e6  # noqa: E731
             print(f"{batch:>4} {drafts:>2} {vocab:>7} {'yes' if with_draft else 'no':>5} {floor * 1e6:7.1f}u | "
                   f"{us(('0.16.0', 'ref')):8.1f}u {us(('0.16.0', 'fast')):7.1f}u "
@@ -127,7 +162,8 @@ def run(device: str = "cuda", quick: bool = False) -> list[dict]:
                   f"{us(('0.22.0', 'ref')):8.1f}u {us(('0.22.0', 'fast')):7.1f}u "
                   f"{times['0.22.0', 'ref'] / times['0.22.0', 'fast']:5.2f}x "
                   f"{times['0.22.0', 'fast'] / floor:6.2f}x | "
-                  f"{us(('0.22.0', 'ref', 'call')):8.1f}u {us(('0.22.0', 'fast', 'call')):8.1f}u")
+                  f"{us(('0.22.0', 'ref', 'call')):8.1f}u {us(('0.22.0', 'fast', 'call')):8.1f}u | "
+                  f"{us('read-only'):8.1f}u {times['read-only'] / floor:6.2f}x")
             size = {"B": batch, "k": drafts, "V": vocab}
             for version in ("0.16.0", "0.22.0"):
                 records.append({
@@ -137,5 +173,6 @@ def run(device: str = "cuda", quick: bool = False) -> list[dict]:
                     "floor_s": floor, "reference_s": times[version, "ref"], "fast_s": times[version, "fast"],
                     "ratio": times[version, "ref"] / times[version, "fast"],
                     "reference_call_s": times[version, "ref", "call"], "fast_call_s": times[version, "fast", "call"],
+                    "read_only_s": times["read-only"],
                 })
     return records

@@ -3,7 +3,8 @@
 Upstream runs one program per draft position; with few positions (16 requests x 3 drafts) most
 of the GPU idles while each program walks a 130k-lane vocabulary. Here a program owns one draft
 position's slice of the vocabulary (`lanes_per_program` lanes, tiles of `block`; enough slices
-to give every SM several programs) and writes the slice's best (score, id); the position's last
+to give every SM several programs). Each lane keeps its own running best across the tiles, and one
+reduction at the end gives the slice's best (score, id); the position's last
 program to finish (an atomic arrival count) picks the best slice (ties: the earlier slice, whose
 ids are lower). No memset either: the counters are reset by the program that read them. The
 winner is the same as a single pass over the whole vocabulary: highest score, lowest id on ties,
@@ -24,10 +25,10 @@ import triton.language as tl
 from vllm_hotpaths.recovered_tokens import Tiles, check_inputs
 from vllm_hotpaths.recovered_tokens.reference import _contestants, _residual, _span, draft_pointer
 
-# Tuned on an H100 (sweep of block 512-4096, 2-10,000 programs per SM, 4/8 warps, 1-4 pipeline
+# Tuned on an H100 (sweeps of block 512-4096, 2-10,000 programs per SM, 4/8 warps, 1-4 pipeline
 # stages at the benchmark's shapes): fewer, longer programs wait on memory in series; more,
 # shorter ones pay their fixed cost (index loads, arrival count) too often.
-BLOCK = 1024
+BLOCK = 512
 PROGRAMS_PER_SM = 8
 NUM_WARPS = 4
 
@@ -46,7 +47,8 @@ def times_reciprocal(residual, q):
 def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr,
                   target_ptr, q_ptr, vocab_size, lanes_per_program, num_slices, BLOCK: tl.constexpr,
                   SLICES: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr, SCORE: tl.constexpr,
-                  CONTESTANTS: tl.constexpr, PICK: tl.constexpr, WIDE: tl.constexpr):
+                  CONTESTANTS: tl.constexpr, SLICE_BEST: tl.constexpr, PICK: tl.constexpr,
+                  WIDE: tl.constexpr):
     req = tl.program_id(0)
     pos = tl.program_id(1)
     piece = tl.program_id(2)
@@ -61,18 +63,21 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
     row = token * vocab_size
     noise_row = req * vocab_size
     first_lane = piece * lanes_per_program
-    best = float("-inf")
-    best_id = 0
+    # Each lane keeps its own best (score, id) across the tiles, a strict `>` keeping the lower
+    # id; one reduction at the end. A reduction per tile would put a block-wide barrier between
+    # one tile's loads and the next.
+    lane_best = tl.full((BLOCK,), float("-inf"), tl.float32)
+    lane_id = first_lane + tl.arange(0, BLOCK)
     for first in range(first_lane, first_lane + lanes_per_program, BLOCK):
         lanes = first + tl.arange(0, BLOCK)
         inside = lanes < vocab_size
         residual = _residual(target_ptr, draft_probs_ptr, draft_id, row, lanes, inside, NO_DRAFT_PROBS)
         q = tl.load(q_ptr + noise_row + lanes, mask=inside, other=1.0)
         score = CONTESTANTS(SCORE(residual, q), inside)
-        tile_best, tile_id = tl.max(score, axis=0, return_indices=True)
-        if tile_best > best:
-            best = tile_best
-            best_id = first + tile_id
+        better = score > lane_best
+        lane_best = tl.where(better, score, lane_best)
+        lane_id = tl.where(better, lanes, lane_id)
+    best, best_id = SLICE_BEST(lane_best, lane_id)
     base = token * num_slices
     tl.store(best_ptr + base + piece, best)
     tl.store(best_id_ptr + base + piece, best_id)
@@ -82,6 +87,14 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
     if tl.atomic_add(arrived_ptr + token, 1, sem="acq_rel", scope="gpu") == num_slices - 1:
         PICK(out_ptr, best_ptr, best_id_ptr, token, base, num_slices, SLICES)
         tl.atomic_xchg(arrived_ptr + token, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@triton.jit
+def lowest_best_id(lane_best, lane_id):
+    """The slice's best score and, on ties, the lowest id among the lanes holding it (the lanes'
+    ids are not in lane order once later tiles have won some lanes). All -inf: the first lane."""
+    best = tl.max(lane_best, axis=0)
+    return best, tl.min(tl.where(lane_best == best, lane_id, 2 ** 31 - 1), axis=0)
 
 
 @triton.jit
@@ -119,6 +132,7 @@ class SplitVocabDivision:
 
     score = divide
     contestants = _contestants
+    slice_best = lowest_best_id
     pick = pick_first_best
 
     def __init__(self, device, tiles: Tiles | None = None):
@@ -151,7 +165,7 @@ class SplitVocabDivision:
             out, best, best_id, arrived, cu_num_draft_tokens, draft_token_ids,
             draft_pointer(draft_probs, target_probs), target_probs, q, vocab, lanes, slices,
             BLOCK=block, SLICES=triton.next_power_of_2(slices), NO_DRAFT_PROBS=draft_probs is None,
-            SCORE=kind.score, CONTESTANTS=kind.contestants, PICK=kind.pick,
+            SCORE=kind.score, CONTESTANTS=kind.contestants, SLICE_BEST=kind.slice_best, PICK=kind.pick,
             WIDE=max(num_tokens * max(vocab, slices), q.numel()) >= 2 ** 31, num_warps=NUM_WARPS)
         return out
 
