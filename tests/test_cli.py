@@ -40,7 +40,7 @@ def test_gate_runs_only_the_named_hot_path(run_cli, tmp_path):
 
 def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path):
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "ci", "--report-dir", str(tmp_path),
-                     "--impl", "penalties=properties.quality.penalties:PadWithZero",
+                     "--hotpath", "penalties", "--impl", "penalties=properties.quality.penalties:PadWithZero",
                      "--fixture-dir", str(tmp_path / "fx"))
     assert result.returncode == 1, result.stdout[-3000:]
     report = json.loads((tmp_path / "gate-report.json").read_text())
@@ -54,7 +54,7 @@ def test_gate_require_cuda_fails_without_a_gpu(run_cli, tmp_path):
     import torch
 
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--require-cuda",
-                     "--report-dir", str(tmp_path))
+                     "--hotpath", "penalties", "--report-dir", str(tmp_path))
     assert (result.returncode == 0) == torch.cuda.is_available(), result.stdout[-3000:]
 
 

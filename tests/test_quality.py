@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from properties.quality import logits_copy as logits_copy_mutants
 from properties.quality import penalties as penalties_mutants
 from properties.quality import recovered_tokens as recovered_tokens_mutants
 from properties.quality import swap_states as swap_states_mutants
@@ -69,6 +70,18 @@ def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "recovered_tokens", mutant)
+
+
+@pytest.mark.parametrize("mutant", sorted(logits_copy_mutants.MUTANTS))
+def test_logits_copy_mutant_is_caught(mutant, run_cli, tmp_path):
+    """Each skips the copy where a step would have changed a logit (reference kernels interpreted)."""
+    result = run_cli(
+        "-m", "pytest", "properties/test_logits_copy.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-k", f"{logits_copy_mutants.MUTANTS[mutant]} and cpu", "--hypothesis-profile", "ci",
+        "--impl", f"logits_copy@{logits_copy_mutants.version_of(mutant)}=properties.quality.logits_copy:{mutant}",
+        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
+    )
+    assert_caught_with_fixture(result, tmp_path, "logits_copy", mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark.

@@ -132,6 +132,22 @@ RECOVERED_TOKENS_CONTRACT = Contract(
     ),
 )
 
+LOGITS_COPY_CONTRACT = Contract(
+    methods=("add_request", "remove_request", "append_output", "apply_sampling_params"),
+    doc=(
+        "factory(vocab_size: int, max_num_reqs: int, device, reasoning=None) -> object with\n"
+        "  (reasoning: logits_copy.ReasoningMarkers or None, the engine's reasoning config)\n"
+        "  add_request(slot, prompt: list[int], output: list[int], params: logits_copy.RequestParams)\n"
+        "  remove_request(slot)\n"
+        "  append_output(slot, tokens: list[int])   sampled tokens join the request's outputs\n"
+        "  apply_sampling_params(logits, rows, local_pos, input_ids, pos) -> processed logits\n"
+        "      one entry per logits row (slot, place among the request's rows, token fed, its\n"
+        "      position); equal bit for bit to the reference after upcasting to fp32; never\n"
+        "      writes the caller's logits; raises InvalidSamplingInput (a ValueError) for\n"
+        "      parameters or rows vLLM refuses, with the reference's messages."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -175,6 +191,18 @@ HOTPATHS: dict[str, HotPath] = {
               "split-vocab@0.22.0": ("vllm_hotpaths.recovered_tokens.fast:SplitVocabReciprocal", "0.22.0")},
         live="vllm_hotpaths.recovered_tokens.live:LiveRecovery",
         bench="vllm_hotpaths.recovered_tokens.bench:run",
+        triton=True,
+    ),
+    "logits_copy": HotPath(
+        name="logits_copy",
+        upstream="vllm.v1.worker.gpu.sample.sampler.Sampler.apply_sampling_params",
+        contract=LOGITS_COPY_CONTRACT,
+        references={"0.22.0": "vllm_hotpaths.logits_copy.reference:Sampler022",
+                    "0.33.0": "vllm_hotpaths.logits_copy.reference:Sampler033"},
+        fast={"skip-unprocessed@0.22.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed", "0.22.0"),
+              "skip-unprocessed@0.33.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed033", "0.33.0")},
+        live="vllm_hotpaths.logits_copy.live:LiveSampler022",
+        bench="vllm_hotpaths.logits_copy.bench:run",
         triton=True,
     ),
 }

@@ -1,0 +1,165 @@
+"""Deliberately wrong logits-copy candidates: each skips the copy where some step would have
+changed a logit, and must be caught by the `ci` profile.
+
+Run one with `pytest properties/test_logits_copy.py
+--impl logits_copy@VERSION=properties.quality.logits_copy:NAME` (VERSION: `version_of(NAME)`);
+`tests/test_quality.py` runs them all (CPU) and requires a failure with a written fixture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from vllm_hotpaths.logits_copy.fast import SkipUnprocessed, SkipUnprocessed033, needs_processing
+
+
+def _without(**neutral):
+    """A predicate that judges the request as if these fields were neutral."""
+    def predicate(params, vocab_size, forces_thinking):
+        return needs_processing(dataclasses.replace(params, **neutral), vocab_size, forces_thinking)
+    return staticmethod(predicate)
+
+
+class RawTemperatureGreedy(SkipUnprocessed):
+    """Flags from the parameters as given, before SamplingParams raises 0 < t < 1e-2 to 1e-2:
+    a temperature of 1e-6 reads as greedy."""
+
+    def add_request(self, slot, prompt, output, params):
+        super().add_request(slot, prompt, output, params)
+        if params.temperature < 1e-5:
+            self.needs[slot] = needs_processing(dataclasses.replace(params, temperature=0.0),
+                                                self.reference.vocab_size, False)
+
+
+class TemperatureNearOne(SkipUnprocessed):
+    """A temperature within 1e-6 of 1 counts as 1."""
+
+    @staticmethod
+    def needs_processing(params, vocab_size, forces_thinking):
+        if abs(params.temperature - 1.0) < 1e-6:
+            params = dataclasses.replace(params, temperature=1.0)
+        return needs_processing(params, vocab_size, forces_thinking)
+
+
+class TopKOffByOne(SkipUnprocessed):
+    """top_k = V - 1 counts as no top-k."""
+
+    @staticmethod
+    def needs_processing(params, vocab_size, forces_thinking):
+        if params.top_k >= vocab_size - 1:
+            params = dataclasses.replace(params, top_k=0)
+        return needs_processing(params, vocab_size, forces_thinking)
+
+
+class TopPRounded(SkipUnprocessed):
+    """top_p compared with a tolerance: one fp32 step below 1 counts as 1."""
+
+    @staticmethod
+    def needs_processing(params, vocab_size, forces_thinking):
+        if params.top_p > 0.999999:
+            params = dataclasses.replace(params, top_p=1.0)
+        return needs_processing(params, vocab_size, forces_thinking)
+
+
+class MinPIgnored(SkipUnprocessed):
+    needs_processing = _without(min_p=0.0)
+
+
+class ZeroBiasIgnored(SkipUnprocessed):
+    """A logit bias of 0 counts as none (but -0.0 + 0.0 is +0.0)."""
+
+    @staticmethod
+    def needs_processing(params, vocab_size, forces_thinking):
+        bias = tuple((t, b) for t, b in params.logit_bias if b != 0.0)
+        return needs_processing(dataclasses.replace(params, logit_bias=bias), vocab_size, forces_thinking)
+
+
+class AllowedIdsIgnored(SkipUnprocessed):
+    needs_processing = _without(allowed_token_ids=())
+
+
+class MinTokensIgnored(SkipUnprocessed):
+    needs_processing = _without(min_tokens=0)
+
+
+class RepetitionAboveOneOnly(SkipUnprocessed):
+    """Only a repetition penalty above 1 counts."""
+
+    @staticmethod
+    def needs_processing(params, vocab_size, forces_thinking):
+        if params.repetition_penalty < 1.0:
+            params = dataclasses.replace(params, repetition_penalty=1.0)
+        return needs_processing(params, vocab_size, forces_thinking)
+
+
+class BadWordsIgnored(SkipUnprocessed):
+    needs_processing = _without(bad_words=())
+
+
+class ThinkingBudgetIgnored(SkipUnprocessed033):
+    """vLLM's own 0.33 predicate before PR #52284: a thinking budget does not count, so a
+    greedy request whose only setting is a budget is never forced to end its reasoning."""
+
+    needs_processing = _without(thinking_token_budget=None)
+
+
+class MemoizedBatches(SkipUnprocessed):
+    """Remembers each batch's answer by the slots in it, never forgetting: a slot reused by a
+    request that needs processing is still skipped."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.memo = {}
+
+    def batch_needs_processing(self, rows):
+        key = frozenset(rows)
+        if key not in self.memo:
+            self.memo[key] = super().batch_needs_processing(rows)
+        return self.memo[key]
+
+
+class FirstRowsOnly(SkipUnprocessed):
+    """Looks up one row per request, but takes the first rows of the expanded batch: with
+    speculative rows a later request is never looked at."""
+
+    def batch_needs_processing(self, rows):
+        return super().batch_needs_processing(rows[:len(set(rows))])
+
+
+class ValidatesOnlyWhenProcessing(SkipUnprocessed):
+    """Checks the rows only on the reference's path: a skipped batch naming an empty slot
+    returns the logits instead of an error."""
+
+    def apply_sampling_params(self, logits, rows, local_pos, input_ids, pos):
+        if not self.batch_needs_processing([r for r in rows if 0 <= r < len(self.needs)]):
+            return logits
+        return super().apply_sampling_params(logits, rows, local_pos, input_ids, pos)
+
+
+class UncheckedParams(SkipUnprocessed):
+    """Takes the parameters as given (no range checks, no greedy normalization)."""
+
+    def add_request(self, slot, prompt, output, params):
+        super().add_request(slot, prompt, output, type(params)())
+        self.reference.requests[slot].params = params
+        self.needs[slot] = self.needs_processing(params, self.reference.vocab_size, self.reference.forces_thinking)
+
+
+# name -> property that must catch it
+BOUNDARY = "test_candidate_matches_reference_at_each_boundary"
+PROGRAMS = "test_candidate_matches_reference and not each_boundary"
+MUTANTS = {
+    **{name: BOUNDARY for name in (
+        "RawTemperatureGreedy", "TemperatureNearOne", "TopKOffByOne", "TopPRounded", "MinPIgnored",
+        "ZeroBiasIgnored", "AllowedIdsIgnored", "MinTokensIgnored", "RepetitionAboveOneOnly",
+        "BadWordsIgnored", "ThinkingBudgetIgnored")},
+    "MemoizedBatches": PROGRAMS,
+    "FirstRowsOnly": PROGRAMS,
+    "ValidatesOnlyWhenProcessing": "test_bad_input_is_refused",
+    "UncheckedParams": "test_bad_input_is_refused",
+}
+
+
+def version_of(name: str) -> str:
+    """The reference version a mutant claims to match."""
+    return "0.33.0" if issubclass(globals()[name], SkipUnprocessed033) else "0.22.0"

@@ -1,0 +1,68 @@
+"""Skip the fp32 copy and every processing step when no request of the batch needs them.
+
+Each request's flag is computed once, when it is added, from its parameters alone (vLLM 0.33's
+rule, stated for 0.22.0's steps): it needs processing if any step could change one of its
+logits: a temperature other than 0 with a temperature other than 1, min_p, top_k (clamped to
+[1, V]) other than V or top_p other than 1; any allowed ids, any logit bias (a zero bias too:
+`-0.0 + 0.0` is `+0.0`); min_tokens with stop ids; any penalty off its neutral value; any bad
+word; a thinking budget where the reference forces thinking budgets (0.33.0 with all three
+reasoning markers known; 0.22.0's sampler never does). A batch in which no request needs it
+gets its own logits back, the same tensor in its own dtype: after upcasting to fp32 that is bit
+for bit what the reference computes. Otherwise the reference runs. A slot's flag is replaced
+when a request is added there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vllm_hotpaths.logits_copy import ReasoningMarkers, RequestParams
+from vllm_hotpaths.logits_copy.reference import Sampler022, Sampler033, as_ints, check_rows
+
+
+def needs_processing(p: RequestParams, vocab_size: int, forces_thinking: bool) -> bool:
+    top_k = p.top_k if 0 < p.top_k <= vocab_size else vocab_size
+    sampling = p.temperature != 0.0 and (p.temperature != 1.0 or p.min_p != 0.0
+                                         or top_k != vocab_size or p.top_p != 1.0)
+    bias = bool(p.allowed_token_ids or p.logit_bias or (p.min_tokens > 0 and p.stop_token_ids))
+    penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    thinking = forces_thinking and p.thinking_token_budget is not None
+    return sampling or bias or penalties or bool(p.bad_words) or thinking
+
+
+class SkipUnprocessed:
+    """The 0.22.0 reference behind a per-request "needs processing" flag."""
+
+    needs_processing = staticmethod(needs_processing)
+    reference_type = Sampler022
+
+    def __init__(self, vocab_size: int, max_num_reqs: int, device, reasoning: ReasoningMarkers | None = None):
+        self.reference = self.reference_type(vocab_size, max_num_reqs, device, reasoning)
+        self.needs = np.zeros(max_num_reqs, dtype=bool)
+
+    def add_request(self, slot, prompt, output, params: RequestParams) -> None:
+        ref = self.reference
+        ref.add_request(slot, prompt, output, params)
+        self.needs[slot] = self.needs_processing(ref.requests[slot].params, ref.vocab_size, ref.forces_thinking)
+
+    def remove_request(self, slot) -> None:
+        self.reference.remove_request(slot)
+
+    def append_output(self, slot, tokens) -> None:
+        self.reference.append_output(slot, tokens)
+
+    def apply_sampling_params(self, logits, rows, local_pos, input_ids, pos):
+        ref = self.reference
+        slots = check_rows(logits, rows, local_pos, input_ids, pos, ref.occupied, ref.vocab_size)
+        if not self.batch_needs_processing(slots):
+            return logits
+        return ref.process(logits, *map(as_ints, (rows, local_pos, input_ids, pos)))
+
+    def batch_needs_processing(self, slots: np.ndarray) -> bool:
+        return bool(self.needs[slots].any())
+
+
+class SkipUnprocessed033(SkipUnprocessed):
+    """The same rule over the 0.33.0 reference (thinking budgets count)."""
+
+    reference_type = Sampler033
