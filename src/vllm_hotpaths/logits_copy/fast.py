@@ -1,7 +1,7 @@
 """Skip the fp32 copy and every processing step when no request of the batch needs them.
 
 Each request's flag is computed once, when it is added, from its parameters alone (vLLM 0.33's
-rule, stated for 0.22.0's steps): it needs processing if any step could change one of its
+rule, applied to each reference's steps): it needs processing if any step could change one of its
 logits: a temperature other than 0 with a temperature other than 1, min_p, top_k (clamped to
 [1, V]) other than V or top_p other than 1; any allowed ids, any logit bias (a zero bias too:
 `-0.0 + 0.0` is `+0.0`); min_tokens with stop ids; any penalty off its neutral value; any bad
