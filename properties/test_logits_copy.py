@@ -192,3 +192,28 @@ def test_candidate_samples_like_reference(program, candidate, device, case_log):
         actual = live.sample(processed(fast, step, name), step.rows, step.pos)
         assert torch.equal(actual, expected), f"step {i}: {name} sampled {actual.tolist()}, reference {expected.tolist()}"
 
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.implementation("plugin patch@0.22.0")
+@pytest.mark.needs_vllm
+@pytest.mark.devices("cpu")
+@replayed
+@given(program=logits_programs())
+def test_patched_vllm_samples_like_upstream(program, device, case_log):
+    """vLLM's `Sampler.sample` with the plugin's patch installed draws the same ids as the
+    upstream method it replaced, and its processed logits are equal after upcasting to fp32."""
+    from vllm_hotpaths.logits_copy import patch
+
+    if not patch.supports(vllm_env.installed_version()):
+        pytest.skip(f"the patch is for vLLM 0.22.x, not {vllm_env.installed_version()}")
+    case_log.record(program)
+    patch.install()
+    (live,) = program.samplers(registry.resolve(HOTPATH.live), device=device)
+    for i, step in enumerate(run(program, (live,), device)):
+        args = live.sampler_args(*step.args())
+        ids, out = live.sampler.sample(*args)
+        upstream_ids, upstream_out = patch.UPSTREAM["sample"](live.sampler, *args)
+        note("copy skipped" if out is step.logits else "processed")
+        assert torch.equal(ids, upstream_ids), f"step {i}: patched {ids.tolist()}, upstream {upstream_ids.tolist()}"
+        assert_same_bits(out.float(), upstream_out, f"step {i}: processed logits, patched vs upstream")

@@ -83,3 +83,48 @@ def test_candidate_missing_a_method_is_a_clear_usage_error(run_cli):
                      "--impl", "penalties=vllm_hotpaths.tracked_list:TrackedTokenList")
     assert result.returncode == 4
     assert "lacks output_tokens, apply_all_penalties" in result.stderr + result.stdout
+
+
+def test_gate_record_keeps_only_hot_paths_whose_checks_all_held(tmp_path):
+    from vllm_hotpaths.gate import Row, record
+
+    def row(hotpath, check, device, status):
+        outcomes = {"pass": ["passed"], "fail": ["failed"], "skip": ["skipped"]}[status]
+        return Row(hotpath, check, device, "fast" if check == "equivalence" else "reference@1.0.0", outcomes)
+
+    path = tmp_path / "validated.json"
+    path.write_text(json.dumps({"b": {"1.0.0": {"profile": "gate"}, "0.9.0": {"profile": "gate"}}}))
+    rows = [row("a", "conformance", "cpu", "pass"), row("a", "equivalence", "cpu", "pass"),
+            row("a", "equivalence", "cuda", "skip"),
+            row("b", "conformance", "cpu", "pass"), row("b", "equivalence", "cpu", "fail"),
+            row("c", "conformance", "cpu", "skip"), row("c", "equivalence", "cpu", "pass"),
+            row("d", "equivalence", "cpu", "pass")]
+    import torch
+
+    verdicts = record(rows, "1.0.0", "ci", path)
+    on_gpu = torch.cuda.is_available()  # a cuda row skipped on a GPU machine does not validate
+    assert verdicts == {"a": not on_gpu, "b": False, "c": False, "d": False}
+    validated = json.loads(path.read_text())
+    assert validated["b"] == {"0.9.0": {"profile": "gate"}}  # the failed version's entry is gone
+    if not on_gpu:
+        assert validated["a"] == {"1.0.0": {"profile": "ci", "devices": ["cpu"], "implementations": ["fast"]}}
+
+
+def test_gate_for_a_version_without_a_recipe_names_the_recipes(run_cli, tmp_path):
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--vllm", "9.9.9", "--report-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "no recipe ci/vllm-9.9.9-cpu.txt (recipes: 0.16.0, 0.22.0, 0.33.0)" in result.stdout
+
+
+def test_gate_writes_junit_and_fails_on_a_skip_when_asked(run_cli, tmp_path):
+    import torch
+
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--hotpath", "penalties",
+                     "--report-dir", str(tmp_path), "--junit-xml", str(tmp_path / "junit.xml"),
+                     "--fail-on-skip")
+    assert "<testsuite" in (tmp_path / "junit.xml").read_text()
+    report = json.loads((tmp_path / "gate-report.json").read_text())
+    skipped = [r for r in report["results"] if r["status"] == "skip"]
+    assert (result.returncode == 1) == bool(skipped), result.stdout[-3000:]
+    if not torch.cuda.is_available():  # the cuda rows skip here
+        assert skipped and "skipped (--fail-on-skip)" in result.stdout

@@ -11,10 +11,29 @@ from vllm_hotpaths import registry
 
 
 def _gate(args) -> int:
-    from vllm_hotpaths import gate
+    from vllm_hotpaths import gate, plugin
 
+    if args.vllm:
+        return gate.in_environment(args.vllm, _forwarded(args))
     return gate.run(args.profile, args.require_cuda, args.require_vllm, args.impl, args.workers,
-                    Path(args.report_dir), args.fixture_dir, hotpaths=args.hotpath)
+                    Path(args.report_dir).resolve(), args.fixture_dir, hotpaths=args.hotpath,
+                    record_to=plugin.validated_file() if args.record else None,
+                    junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None,
+                    fail_on_skip=args.fail_on_skip)
+
+
+def _forwarded(args) -> list[str]:
+    """The gate's options, for the same gate in another environment."""
+    out = ["--profile", args.profile, "--report-dir", str(Path(args.report_dir).resolve())]
+    out += ["--require-cuda"] if args.require_cuda else []
+    out += ["--record"] if args.record else []
+    out += ["--fail-on-skip"] if args.fail_on_skip else []
+    out += ["--junit-xml", str(Path(args.junit_xml).resolve())] if args.junit_xml else []
+    out += [a for impl in args.impl for a in ("--impl", impl)]
+    out += [a for name in args.hotpath or [] for a in ("--hotpath", name)]
+    out += ["-n", args.workers] if args.workers else []
+    out += ["--fixture-dir", str(Path(args.fixture_dir).resolve())] if args.fixture_dir else []
+    return out
 
 
 def _bench(args) -> int:
@@ -70,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--report-dir", default=".", help="where gate-report.json/.md are written")
     gate.add_argument("--fixture-dir", default=None,
                       help="where failures write fixtures (default: properties/regressions)")
+    gate.add_argument("--vllm", metavar="X.Y.Z",
+                      help="gate this vLLM version in its own environment .venvs/vllm-X.Y.Z "
+                           "(made from ci/vllm-X.Y.Z-cpu.txt); default: the installed vLLM")
+    gate.add_argument("--record", action="store_true",
+                      help="write the hot paths whose checks all held to the plugin's validated file")
+    gate.add_argument("--junit-xml", metavar="PATH", help="also write pytest's JUnit XML report")
+    gate.add_argument("--fail-on-skip", action="store_true",
+                      help="a skipped row is a failure (CI on a GPU runner with vLLM installed)")
     gate.set_defaults(func=_gate)
     bench = sub.add_parser("bench", help="time reference vs fast, side by side")
     bench.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS))

@@ -9,6 +9,11 @@ required device or vLLM.
 Triton kernels run either compiled (CUDA tensors) or in Triton's interpreter (CPU tensors), chosen
 per process before the kernels are defined. Where a GPU is visible, the gate therefore runs the
 CPU cases of Triton hot paths in a second gate process with TRITON_INTERPRET=1 and merges its rows.
+
+With `record`, every hot path whose checks all held (conformance included; skips only for a
+device that is not there) is written to the plugin's validated file for this vLLM version, and a
+hot path that failed loses its entry for it. `in_environment` runs the gate for another vLLM
+version, in its own environment made from the recipe in `ci/`.
 """
 
 from __future__ import annotations
@@ -113,7 +118,7 @@ def table(rows: list[Row]) -> str:
                      + [fmt(line) for line in lines[1:]])
 
 
-def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths):
+def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths, junit_xml):
     """(exit code, report rows) of a gate process over the Triton hot paths with
     TRITON_INTERPRET=1, or None where this process already interprets (no GPU) or none is chosen."""
     import torch
@@ -128,6 +133,7 @@ def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, h
         cmd += [arg for impl in impls for arg in ("--impl", impl)]
         cmd += (["--require-vllm"] if require_vllm else []) + (["-n", workers] if workers else [])
         cmd += ["--fixture-dir", fixture_dir] if fixture_dir else []
+        cmd += ["--junit-xml", str(junit_xml)] if junit_xml else []
         print(f"gate: CPU cases of {', '.join(names)} in Triton's interpreter (a second process)",
               flush=True)
         code = subprocess.run(cmd, env=dict(os.environ, TRITON_INTERPRET="1")).returncode
@@ -136,9 +142,53 @@ def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, h
     return (code if rows else 2), rows
 
 
+def record(rows: list[Row], version: str, profile: str, path: Path) -> dict[str, bool]:
+    """Update the validated file from this run's rows; returns hot path -> recorded."""
+    import torch
+
+    from vllm_hotpaths.plugin import load_validated
+
+    present = {"cpu"} | ({"cuda"} if torch.cuda.is_available() else set())
+    validated = load_validated(path)
+    verdicts = {}
+    for name in sorted({r.hotpath for r in rows}):
+        mine = [r for r in rows if r.hotpath == name]
+        ran = [r for r in mine if r.status != "skip"]
+        held = (all(r.status in ("pass", "expected-divergence") for r in ran)
+                and all(r.device not in present for r in mine if r.status == "skip")
+                and any(r.check == "conformance" for r in ran))
+        entries = validated.setdefault(name, {})
+        if held:
+            entries[version] = {"profile": profile, "devices": sorted({r.device for r in ran}),
+                                "implementations": sorted({r.implementation for r in ran if r.check == "equivalence"})}
+        else:
+            entries.pop(version, None)
+        verdicts[name] = held
+    path.write_text(json.dumps(validated, indent=1, sort_keys=True) + "\n")
+    return verdicts
+
+
+def in_environment(version: str, gate_args: list[str], root: Path = fixtures.REPO) -> int:
+    """Run `vllm-hotpaths gate gate_args` in `.venvs/vllm-<version>` (made or reused by
+    ci/install.sh from ci/vllm-<version>-cpu.txt), with --require-vllm."""
+    recipes = sorted(p.name[len("vllm-"):-len("-cpu.txt")] for p in (root / "ci").glob("vllm-*-cpu.txt"))
+    if version not in recipes:
+        print(f"gate: no recipe ci/vllm-{version}-cpu.txt (recipes: {', '.join(recipes)})")
+        return 2
+    venv = root / ".venvs" / f"vllm-{version}"
+    print(f"gate: environment {venv} for vLLM {version}", flush=True)
+    env = dict(os.environ, VENV=str(venv), VLLM_VERSION=version)
+    if subprocess.run(["bash", str(root / "ci" / "install.sh")], cwd=root, env=env).returncode:
+        print(f"gate: installing vLLM {version} into {venv} failed")
+        return 2
+    cmd = [str(venv / "bin" / "python"), "-m", "vllm_hotpaths.cli", "gate", *gate_args, "--require-vllm"]
+    return subprocess.run(cmd, cwd=root).returncode
+
+
 def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], workers: str | None,
         report_dir: Path, fixture_dir: str | None = None, root: Path = fixtures.REPO,
-        hotpaths: list[str] | None = None) -> int:
+        hotpaths: list[str] | None = None, record_to: Path | None = None,
+        junit_xml: Path | None = None, fail_on_skip: bool = False) -> int:
     version = vllm_env.installed_version()
     print(f"vllm-hotpaths gate: profile {profile}, vLLM {version or 'not installed'}", flush=True)
     if require_vllm and version is None:
@@ -156,9 +206,12 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
         args += ["-n", workers]
     if fixture_dir:
         args += ["--fixture-dir", fixture_dir]
+    if junit_xml:
+        args += [f"--junitxml={junit_xml}"]
     plugin = GatePlugin()
     code = pytest.main(args, plugins=[plugin])
-    interpreted = _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths)
+    interpreted = _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths,
+                                         junit_xml.with_name(f"{junit_xml.stem}-interpreted.xml") if junit_xml else None)
     if interpreted is not None:
         child_code, child_rows = interpreted
         code = code if child_code in (0, 5) else child_code
@@ -183,5 +236,17 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
     for line in notes:
         print(line)
     print(f"\nreports: {report_dir / 'gate-report.json'}, {report_dir / 'gate-report.md'}")
+    if record_to is not None:
+        if version is None or impls:
+            print("gate: nothing recorded (" + ("no vLLM installed" if version is None else
+                                                "--impl candidates are not the shipped fast paths") + ")")
+        else:
+            for name, held in record(rows, version, profile, record_to).items():
+                print(f"recorded: {name} {'validated' if held else 'NOT validated'} for vLLM {version} "
+                      f"({record_to})")
     failed = any(r.status == "fail" for r in rows)
+    skipped = [r for r in rows if r.status == "skip"]
+    if fail_on_skip and skipped:
+        print(f"gate: {len(skipped)} row(s) skipped (--fail-on-skip)")
+        return 1
     return 1 if failed or code not in (0, 5) else 0

@@ -36,6 +36,7 @@ class HotPath:
     live_kernels: str | None = None  # adapter over vLLM's compiled CUDA ops (no Python vLLM needed)
     bench: str | None = None  # "module:attr" of the benchmark function
     triton: bool = False  # Triton kernels: CPU cases need a TRITON_INTERPRET=1 process
+    patch: str | None = None  # "module:attr": installs the fast path into the running vLLM (plugin)
 
     def reference_version_for(self, vllm_version: str | None) -> str:
         """The newest frozen reference not newer than `vllm_version` (the newest if None)."""
@@ -204,6 +205,7 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.logits_copy.live:LiveSampler022",
         bench="vllm_hotpaths.logits_copy.bench:run",
         triton=True,
+        patch="vllm_hotpaths.logits_copy.patch:install",
     ),
 }
 

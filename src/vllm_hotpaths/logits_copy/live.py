@@ -135,16 +135,20 @@ class LiveSampler022:
         positions = torch.tensor(pos, dtype=torch.int64, device=self.device)
         return expanded, idx_mapping_np, positions
 
-    def apply_sampling_params(self, logits, rows: list[int], local_pos: list[int],
-                              input_ids: list[int], pos: list[int]) -> torch.Tensor:
+    def sampler_args(self, logits, rows: list[int], local_pos: list[int], input_ids: list[int],
+                     pos: list[int]) -> tuple:
+        """The arguments of 0.22's `Sampler.apply_sampling_params` and `Sampler.sample`."""
         if not (logits.shape[0] == len(rows) == len(local_pos) == len(input_ids)):
             raise ValueError("one rows/local_pos/input_ids/pos entry per logits row")
         expanded, idx_mapping_np, positions = self._mapping(rows, pos)
         # Model-runner dtypes: input_ids int32, positions int64, mappings and local pos int32.
-        return self.sampler.apply_sampling_params(
-            logits, expanded, idx_mapping_np, positions,
-            torch.tensor(input_ids, dtype=torch.int32, device=self.device),
-            torch.tensor(local_pos, dtype=torch.int32, device=self.device))
+        return (logits, expanded, idx_mapping_np, positions,
+                torch.tensor(input_ids, dtype=torch.int32, device=self.device),
+                torch.tensor(local_pos, dtype=torch.int32, device=self.device))
+
+    def apply_sampling_params(self, logits, rows: list[int], local_pos: list[int],
+                              input_ids: list[int], pos: list[int]) -> torch.Tensor:
+        return self.sampler.apply_sampling_params(*self.sampler_args(logits, rows, local_pos, input_ids, pos))
 
     def sample(self, processed_logits, rows: list[int], pos: list[int]) -> torch.Tensor:
         expanded, _, positions = self._mapping(rows, pos)
