@@ -17,7 +17,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
-from vllm_hotpaths import fixtures, registry, vllm_env
+from properties import drift
+from vllm_hotpaths import fixtures, ledger, registry, vllm_env
 
 # Without a GPU, Triton kernels (ours and vLLM's) run in Triton's interpreter; this must happen
 # before any kernel module is imported.
@@ -56,7 +57,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     for line in (
         "hotpath(name): the hot path a property belongs to",
-        "check(kind): equivalence (candidate vs reference) or conformance (reference vs vLLM)",
+        "check(kind): equivalence (candidate vs reference), conformance (reference vs vLLM) or "
+        "drift (an older reference vs vLLM: every difference named by the ledger)",
         "needs_cuda: runs only where a CUDA device is visible",
         "needs_vllm: runs only where vLLM is installed",
         "devices(*names): restrict the device parametrization",
@@ -105,12 +107,36 @@ def pytest_runtest_setup(item):
                     "with TRITON_INTERPRET=1 (`vllm-hotpaths gate` starts one)")
     if item.get_closest_marker("needs_compiled_triton") and interpreting:
         pytest.skip("TRITON_INTERPRET=1: this process runs Triton interpreted, not on the GPU")
-    if item.get_closest_marker("needs_vllm") and vllm_env.installed_version() is None:
-        pytest.skip("vLLM is not installed")
+    if item.get_closest_marker("needs_vllm"):
+        version = vllm_env.installed_version()
+        if version is None:
+            pytest.skip("vLLM is not installed")
+        hotpath = registry.get(item.get_closest_marker("hotpath").args[0])
+        if not hotpath.exists_in(version):
+            pytest.skip(f"vLLM {version} has no {hotpath.name} (it is there from {hotpath.since})")
     ops = item.get_closest_marker("needs_vllm_ops")
     if ops is not None and vllm_env.compiled_op(ops.args[0]) is None:
         pytest.skip(f"vLLM's compiled op {ops.args[0]} cannot be loaded (no vLLM CUDA install; "
                     "VLLM_HOTPATHS_VLLM_C may name a _C.abi3.so)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Drift checks exist only where the installed vLLM's hot path has an older reference."""
+    version = vllm_env.installed_version()
+    if version is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        check, hotpath = item.get_closest_marker("check"), item.get_closest_marker("hotpath")
+        if check is not None and check.args[0] == "drift" and (
+                not registry.get(hotpath.args[0]).exists_in(version)
+                or ledger.older_reference_version(hotpath.args[0], version) is None):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 class CaseLog:
@@ -121,6 +147,10 @@ class CaseLog:
         self.last = None
         self.excused: set[str] = set()
         self.shown_by: str | None = None  # a committed fixture that shows an excused divergence
+        self.reference_version: str | None = None  # a conformance run against an older reference
+        # A drift check's judge: True when the ledger names the difference just raised (the
+        # stateful properties then end the run there and go on with the next one).
+        self.tolerates = lambda failure: False
 
     def record(self, case) -> None:
         self.examples += 1
@@ -157,8 +187,7 @@ def pytest_runtest_makereport(item, call):
         elif label is not None:
             implementation = label.args[0]
         else:  # conformance: the reference that the installed vLLM is checked against
-            version = registry.get(hotpath.args[0]).reference_version_for(vllm_env.installed_version())
-            implementation = f"reference@{version}"
+            implementation = f"reference@{drift.conformance_reference_version(hotpath.args[0], log)}"
         report.user_properties += [
             ("hotpath", hotpath.args[0]),
             ("check", check.args[0]),

@@ -12,6 +12,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from properties import drift
 from strategies.recovered_tokens import RecoveryCase, recovery_cases
 from vllm_hotpaths import fixtures, registry, vllm_env
 from vllm_hotpaths.ledger import position_entries
@@ -115,13 +116,24 @@ def test_reference_matches_installed_vllm(case, device, case_log):
     (its Triton kernel interpreted), except where the ledger says upstream is undecided."""
     case_log.record(case)
     version = vllm_env.installed_version()
-    reference = HOTPATH.reference(version)(device)
+    reference = drift.conformance_reference("recovered_tokens", case_log)(device)
     live = registry.resolve(HOTPATH.live)(device)
     expected = recovered(reference, case, device)
     actual = live.recover(**case.tensors(device))
     excusable = position_entries("recovered_tokens", version, case)
     for link in compare_ids(actual, expected, f"vLLM {version} vs reference", excusable):
         case_log.excuse_link(link)
+
+
+@pytest.mark.check("drift")
+@pytest.mark.needs_vllm
+@pytest.mark.devices("cpu")
+def test_older_reference_against_installed_vllm(device, case_log, request):
+    """The older reference against the installed vLLM's kernel: every difference must be a
+    ledger change (properties/drift.py)."""
+    drift.against_older_reference("recovered_tokens", case_log, request,
+                                  lambda: test_reference_matches_installed_vllm(device=device, case_log=case_log),
+                                  given_test=test_reference_matches_installed_vllm)
 
 
 CORRUPTIONS = ("count sum", "spec len", "negative count", "target dtype", "noise shape",

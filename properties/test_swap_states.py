@@ -19,6 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
+from properties import drift
 from strategies.penalties import note
 from strategies.swap_states import (Side, SwapProgram, SwapRun, UpstreamMethods, add_ops, programs_header,
                                     standalone, vllm_batch)
@@ -137,11 +138,18 @@ def machine(make_sides, checker, case_log, valid_only: bool = False):
                 checker.finish(self.run)
 
         def do(self, *op) -> None:
+            if getattr(self, "stopped", False):
+                return
             op = op[0] if len(op) == 1 and isinstance(op[0], tuple) else op
             self.ops.append(op)
             case_log.last = SwapProgram(**self.header, ops=tuple(self.ops))
             checker.before(self.run, op)
-            checker.after(self.run, op, self.run.apply(op))
+            try:
+                checker.after(self.run, op, self.run.apply(op))
+            except AssertionError as failure:  # a drift check goes on past a difference it names
+                if not case_log.tolerates(failure):
+                    raise
+                self.stopped = True
 
         def _request(self, data) -> int:
             """Mostly a live request (else any id, which the run skips when it is not live)."""
@@ -237,10 +245,15 @@ def _candidate_sides(candidate, on_vllm: bool):
     return make_sides
 
 
-def _upstream_sides(program):
+def _upstream_sides(case_log):
     version = vllm_env.installed_version()
-    return [Side(standalone(program, version), HOTPATH.reference(version)(Move)),
-            Side(vllm_batch(program), UpstreamMethods(), vllm=True)]
+    reference = drift.conformance_reference("swap_states", case_log)
+
+    def make_sides(program):
+        return [Side(standalone(program, version), reference(Move)),
+                Side(vllm_batch(program), UpstreamMethods(), vllm=True)]
+
+    return make_sides
 
 
 FIXTURES = fixtures.load(fixtures.REGRESSIONS, "swap_states", SwapProgram)
@@ -270,7 +283,7 @@ def test_candidate_on_vllm_input_batch(candidate, device, case_log):
 @pytest.mark.needs_vllm
 @pytest.mark.check("conformance")
 def test_reference_matches_installed_vllm(case_log):
-    run_machine(machine(_upstream_sides, Conformance(case_log), case_log, valid_only=True))
+    run_machine(machine(_upstream_sides(case_log), Conformance(case_log), case_log, valid_only=True))
 
 
 @pytest.mark.needs_vllm
@@ -278,4 +291,13 @@ def test_reference_matches_installed_vllm(case_log):
 @pytest.mark.parametrize("program", [p for _, p in FIXTURES], ids=FIXTURE_IDS)
 def test_reference_matches_installed_vllm_on_fixtures(program, case_log):
     case_log.record(program)
-    replay(program, _upstream_sides, Conformance(case_log), valid_only=True)
+    replay(program, _upstream_sides(case_log), Conformance(case_log), valid_only=True)
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.check("drift")
+def test_older_reference_against_installed_vllm(case_log, request):
+    """The older reference against the installed vLLM's InputBatch: every difference must be a
+    ledger change (properties/drift.py)."""
+    drift.against_older_reference("swap_states", case_log, request,
+                                  lambda: test_reference_matches_installed_vllm(case_log))

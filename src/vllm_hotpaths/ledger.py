@@ -86,6 +86,23 @@ LEDGER += [
 ]
 
 
+def older_reference_version(hotpath: str, vllm_version: str) -> str | None:
+    """The newest frozen reference older than the one `vllm_version` is checked against: the
+    semantics a fast path validated for an earlier vLLM implements (None when there is none)."""
+    from vllm_hotpaths.registry import get
+
+    spec = get(hotpath)
+    current = version_key(spec.reference_version_for(vllm_version))
+    older = [v for v in spec.references if version_key(v) < current]
+    return max(older, key=version_key) if older else None
+
+
+def explain_drift(hotpath: str, vllm_version: str, case: object) -> list[KnownDivergence]:
+    """The deliberate upstream changes (entries of kind "change") that cover `case`: the names
+    of a difference between an older reference and the installed vLLM."""
+    return [e for e in LEDGER if e.kind == "change" and e.covers(hotpath, vllm_version, case)]
+
+
 def position_entries(hotpath: str, vllm_version: str, case: object,
                      kind: str = "divergence") -> list[tuple[KnownDivergence, object]]:
     """(entry, per-position mask) for every entry of this kind, hot path and version."""
@@ -116,3 +133,116 @@ def check_conformance(hotpath: str, vllm_version: str, case: object, compare: Ca
         f"ledger entry {entries[0].link} ({entries[0].summary}) expects vLLM {vllm_version} to "
         f"diverge on this input, but it agreed: remove or narrow the entry"
     )
+
+
+# Deliberate changes from 0.22 to 0.33, met by the drift checks (an older reference against the
+# installed vLLM). The predicates read the plain-data programs and say which programs can show
+# the change; the drift check names every entry whose predicate covers its shrunk case.
+def _ops(case, kind: str) -> list[tuple]:
+    return [op for op in getattr(case, "ops", ()) if op and op[0] == kind]
+
+
+def _request_params(case) -> list[dict]:
+    return [dict(op[4]) for op in _ops(case, "add")]
+
+
+def _think_tokens(case) -> set[int]:
+    """Every token id a think_budget program feeds (prompts, outputs, sampled and draft ids)."""
+    found: set[int] = set()
+
+    def walk(value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            found.add(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+
+    walk(getattr(case, "ops", ()))
+    return found
+
+
+LEDGER += [
+    KnownDivergence(
+        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/51890",
+        summary="sync_batch's SWAP pops both rows' states before re-inserting them: 0.22 left one "
+                "state object on two rows after swapping a tracked row with an untracked one",
+        affects=lambda case: bool(_ops(case, "swap")),
+    ),
+    KnownDivergence(
+        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/43757",
+        summary="scan_offset: after a think exit the markers are searched only past it, so a later "
+                "start re-enters thinking and is enforced (0.22 kept finding the old end marker)",
+        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)),
+    ),
+    KnownDivergence(
+        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/45984",
+        summary="a natural end marker leaves thinking at once and resets the markers (early "
+                "natural-end block, natural_end_with_continue)",
+        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)),
+    ),
+    KnownDivergence(
+        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/46662",
+        summary="the holder is handed committed outputs only; 0.22 combined outputs with drafts "
+                "and stripped them again",
+        affects=lambda case: case.num_spec_tokens > 0 and bool(_ops(case, "drafts")),
+    ),
+    KnownDivergence(
+        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/sampling_params.py#L65",
+        summary="SamplingParams turns a thinking budget of -1 into None (no state is tracked; 0.22 "
+                "kept an inert -1 state) and refuses other negative budgets",
+        affects=lambda case: any(op[3] is not None and op[3] < 0 for op in _ops(case, "add")),
+    ),
+    KnownDivergence(
+        hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/48419",
+        summary="swap_states exchanges the allowed-token mask rows (0.16-0.22 left both rows with "
+                "the second row's mask)",
+        affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "swap")),
+    ),
+    KnownDivergence(
+        hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/issues/43894",
+        summary="condense clears the vacated row's allowed-token mask (0.16-0.22 left it for the "
+                "next request added there)",
+        affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "remove")),
+    ),
+    KnownDivergence(
+        hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/49757",
+        summary="condense clears the block-table row it vacates (dummy runs read stale rows as "
+                "Mamba state slots)",
+        affects=lambda case: bool(_ops(case, "remove")),
+    ),
+    KnownDivergence(
+        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/sample/sampler.py#L278",
+        summary="Sampler.sample calls apply_sampling_params(skip_top_k_top_p=True) and applies "
+                "top-k/top-p in its own sampling step; 0.22 masked the processed logits",
+        affects=lambda case: any("top_k" in p or "top_p" in p for p in _request_params(case)),
+    ),
+    KnownDivergence(
+        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/46243",
+        summary="min_tokens counts the token being sampled (pos + 1 < prompt_len + min_tokens)",
+        affects=lambda case: any(p.get("min_tokens", 0) for p in _request_params(case)),
+    ),
+    KnownDivergence(
+        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/52311",
+        summary="bad words match against the request's draft tokens on speculative rows",
+        affects=lambda case: any(p.get("bad_words") for p in _request_params(case))
+        and any(drafts for op in _ops(case, "step") for _, drafts in op[1]),
+    ),
+    KnownDivergence(
+        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/46727",
+        summary="Model Runner v2 forces the reasoning end marker (1e9) when a thinking budget runs out",
+        affects=lambda case: case.reasoning is not None and all(case.reasoning)
+        and any(p.get("thinking_token_budget") not in (None, -1) for p in _request_params(case)),
+    ),
+]

@@ -37,6 +37,10 @@ class HotPath:
     bench: str | None = None  # "module:attr" of the benchmark function
     triton: bool = False  # Triton kernels: CPU cases need a TRITON_INTERPRET=1 process
     patch: str | None = None  # "module:attr": installs the fast path into the running vLLM (plugin)
+    since: str | None = None  # first vLLM version that has the hot path (None: all checked ones)
+
+    def exists_in(self, vllm_version: str) -> bool:
+        return self.since is None or version_key(vllm_version) >= version_key(self.since)
 
     def reference_version_for(self, vllm_version: str | None) -> str:
         """The newest frozen reference not newer than `vllm_version` (the newest if None)."""
@@ -154,8 +158,8 @@ HOTPATHS: dict[str, HotPath] = {
         name="penalties",
         upstream="vllm.v1.sample.ops.penalties.apply_all_penalties",
         contract=PENALTIES_CONTRACT,
-        references={"0.22.0": "vllm_hotpaths.penalties.reference:ReferencePenalties"},
-        fast={"incremental": ("vllm_hotpaths.penalties.fast:IncrementalPenalties", "0.22.0")},
+        references={"0.16.0": "vllm_hotpaths.penalties.reference:ReferencePenalties"},
+        fast={"incremental": ("vllm_hotpaths.penalties.fast:IncrementalPenalties", "0.16.0")},
         live="vllm_hotpaths.penalties.live:LivePenalties",
         live_kernels="vllm_hotpaths.penalties.live:LiveRepetitionOp",
         bench="vllm_hotpaths.penalties.bench:run",
@@ -170,6 +174,7 @@ HOTPATHS: dict[str, HotPath] = {
               "watermark@0.33.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget033", "0.33.0")},
         live="vllm_hotpaths.think_budget.live:LiveThinkBudget",
         bench="vllm_hotpaths.think_budget.bench:run",
+        since="0.22.0",  # 0.16 has no thinking budget
     ),
     "swap_states": HotPath(
         name="swap_states",
@@ -202,10 +207,11 @@ HOTPATHS: dict[str, HotPath] = {
                     "0.33.0": "vllm_hotpaths.logits_copy.reference:Sampler033"},
         fast={"skip-unprocessed@0.22.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed", "0.22.0"),
               "skip-unprocessed@0.33.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed033", "0.33.0")},
-        live="vllm_hotpaths.logits_copy.live:LiveSampler022",
+        live="vllm_hotpaths.logits_copy.live:live_sampler",
         bench="vllm_hotpaths.logits_copy.bench:run",
         triton=True,
         patch="vllm_hotpaths.logits_copy.patch:install",
+        since="0.22.0",  # 0.16's Model Runner v2 sampler has no apply_sampling_params
     ),
 }
 

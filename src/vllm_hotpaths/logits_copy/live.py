@@ -1,5 +1,6 @@
-"""vLLM 0.22's Model Runner v2 sampler (`Sampler.apply_sampling_params`, `gumbel_sample`) on
-request states set up as vLLM's model runner sets them up.
+"""vLLM's Model Runner v2 sampler (`Sampler.apply_sampling_params`, `gumbel_sample`) on request
+states set up as vLLM's model runner sets them up: `LiveSampler022` for 0.22's signatures,
+`LiveSampler033` for 0.33's (`live_sampler` picks by the installed version).
 
 The states are vLLM's own `RequestState` and `Sampler`, fed through their `add_request` /
 `apply_staged_writes` / `remove_request` and vLLM's `post_update`. Where UVA (pinned memory) is
@@ -22,12 +23,13 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
+from packaging.version import Version
 
 from vllm_hotpaths import vllm_env
 
 
 class _HostUvaBuffer:
-    """`UvaBuffer` stand-in: the "device view" is the host tensor itself."""
+    """`UvaBuffer` stand-in: the "device view" is the host tensor itself (0.22: attribute `uva`)."""
 
     def __init__(self, size, dtype: torch.dtype):
         self.cpu = torch.zeros(size, dtype=dtype)
@@ -35,15 +37,22 @@ class _HostUvaBuffer:
         self.uva = self.cpu
 
 
+class _HostUvaBuffer033(_HostUvaBuffer):
+    """0.33's `UvaBuffer.uva(n)` is a method returning the first n rows of the view."""
+
+    def __init__(self, size, dtype: torch.dtype):
+        super().__init__(size, dtype)
+        view = self.cpu
+        self.uva = lambda n=None: view[:n] if n is not None else view
+
+
 @contextmanager
 def _host_uva(buffer_utils):
-    from vllm.utils.platform_utils import is_uva_available
-
-    if is_uva_available():
+    if torch.cuda.is_available():  # (0.33's is_uva_available() says True on a CPU-only host too)
         yield
         return
     original = buffer_utils.UvaBuffer
-    buffer_utils.UvaBuffer = _HostUvaBuffer
+    buffer_utils.UvaBuffer = _HostUvaBuffer033 if callable(getattr(original, "uva", None)) else _HostUvaBuffer
     try:
         yield
     finally:
@@ -98,15 +107,19 @@ class LiveSampler022:
         rs.free_indices.remove(slot)
         rs.free_indices.append(slot)
         # Resumed request: prefill_len = total_len = len(prompt + output), all computed.
-        rs.add_request(self._req_id(slot), len(prompt), tokens, num_computed_tokens=len(tokens))
+        self._admit(slot, prompt, tokens, sp)
         assert rs.req_id_to_index[self._req_id(slot)] == slot
-        self.sampler.add_request(slot, len(prompt), sp)
         rs.apply_staged_writes()
         self.sampler.apply_staged_writes()
         self.params[slot] = sp
 
+    def _admit(self, slot: int, prompt: list[int], tokens: list[int], sp) -> None:
+        self.req_states.add_request(self._req_id(slot), len(prompt), tokens, num_computed_tokens=len(tokens))
+        self.sampler.add_request(slot, len(prompt), sp)
+
     def remove_request(self, slot: int) -> None:
-        if not self.req_states.remove_request(self._req_id(slot)):
+        freed = self.req_states.remove_request(self._req_id(slot))  # 0.22: a bool; 0.33: the slot
+        if freed is None or freed is False:
             raise KeyError(f"no request in slot {slot}")
         self.params.pop(slot, None)
 
@@ -156,3 +169,76 @@ class LiveSampler022:
         return self._sampler_mod.gumbel_sample(
             processed_logits, expanded, states.temperature.gpu, states.seeds.gpu, positions,
             apply_temperature=False, use_fp64=self.sampler.use_fp64_gumbel)
+
+
+class LiveSampler033(LiveSampler022):
+    """0.33.0's sampler: built from a `VllmConfig` whose reasoning config carries `reasoning`'s
+    markers (vLLM forces thinking budgets only when all three are known), requests admitted with
+    a `max_tokens`, and `apply_sampling_params(..., skip_top_k_top_p=True)` as `Sampler.sample`
+    calls it (the references state no top-k/top-p for 0.33). When no request of the batch needs
+    processing, vLLM returns the caller's tensor itself."""
+
+    def __init__(self, vocab_size: int, max_num_reqs: int, device="cpu", max_model_len: int = 256,
+                 reasoning=None):
+        self._sampler_mod = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler")
+        from vllm.config import VllmConfig
+        from vllm.config.reasoning import ReasoningConfig
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.worker.gpu import buffer_utils
+        from vllm.v1.worker.gpu.input_batch import post_update
+        from vllm.v1.worker.gpu.states import RequestState
+
+        self._SamplingParams, self._post_update = SamplingParams, post_update
+        self.device = torch.device(device)
+        self.vocab_size, self.max_model_len = vocab_size, max_model_len
+        config = VllmConfig()
+        if reasoning is not None:
+            markers = ReasoningConfig()
+            # The token ids vLLM derives from the tokenizer's marker strings, given directly.
+            markers._reasoning_start_token_ids = list(reasoning.start)
+            markers._reasoning_end_token_ids = list(reasoning.end)
+            markers._natural_reasoning_end_token_ids = list(reasoning.natural_end)
+            config.reasoning_config = markers
+        with _host_uva(buffer_utils):
+            self.req_states = RequestState(
+                max_num_reqs=max_num_reqs, max_model_len=max_model_len,
+                max_num_batched_tokens=max_model_len, num_speculative_steps=1,
+                vocab_size=vocab_size, device=self.device)
+            self.sampler = self._sampler_mod.Sampler(
+                config, max_num_reqs=max_num_reqs, vocab_size=vocab_size, device=self.device,
+                req_states=self.req_states)
+        self.params = {}
+
+    def _admit(self, slot: int, prompt: list[int], tokens: list[int], sp) -> None:
+        self.req_states.add_request(self._req_id(slot), len(prompt), tokens, num_computed_tokens=len(tokens),
+                                    max_tokens=self.max_model_len - len(prompt))
+        self.sampler.add_request(slot, sp)
+
+    def sampler_args(self, logits, rows, local_pos, input_ids, pos) -> tuple:
+        """The arguments of 0.33's `Sampler.apply_sampling_params` and `Sampler.sample`."""
+        logits, expanded, idx_mapping_np, positions, ids, local = super().sampler_args(
+            logits, rows, local_pos, input_ids, pos)
+        idx_mapping = torch.from_numpy(idx_mapping_np).to(self.device)
+        # Each request's sequence length this step is at most its last row's position + 1.
+        last_pos = {slot: p for slot, p in zip(rows, pos)}
+        upper = np.array([last_pos[int(s)] + 1 for s in idx_mapping_np], dtype=np.int32)
+        return logits, expanded, idx_mapping, idx_mapping_np, positions, ids, local, upper
+
+    def apply_sampling_params(self, logits, rows, local_pos, input_ids, pos) -> torch.Tensor:
+        return self.sampler.apply_sampling_params(*self.sampler_args(logits, rows, local_pos, input_ids, pos),
+                                                  skip_top_k_top_p=True)
+
+    def sample(self, processed_logits, rows: list[int], pos: list[int]) -> torch.Tensor:
+        expanded, _, positions = self._mapping(rows, pos)
+        states = self.sampler.sampling_states
+        return self._sampler_mod.gumbel_sample(
+            processed_logits, expanded, states.temperature.gpu, states.seeds.gpu, positions,
+            apply_temperature=False, is_drafting=False, use_fp64=self.sampler.use_fp64_gumbel)
+
+
+def live_sampler(vocab_size: int, max_num_reqs: int, device="cpu", max_model_len: int = 256,
+                 reasoning=None):
+    """The installed vLLM's sampler behind the hot path's contract."""
+    version = vllm_env.installed_version()
+    cls = LiveSampler033 if version is not None and Version(version) >= Version("0.33.0") else LiveSampler022
+    return cls(vocab_size, max_num_reqs, device, max_model_len, reasoning=reasoning)

@@ -1,4 +1,5 @@
-"""Frozen semantics of vLLM 0.22.0's penalties path (v1 `Sampler` -> `apply_all_penalties`).
+"""Frozen semantics of vLLM's penalties path (v1 `Sampler` -> `apply_all_penalties`), the same in
+0.16.0, 0.22.0 and 0.33.0 (the conformance property holds against each; keyed 0.16.0, the first).
 
 Upstream, every sampling step turns the per-request output lists into a padded int64 tensor
 (`[len(rows), max(len(row))]`, pad = vocab size, every `-1` async placeholder mapped to the pad),
@@ -23,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-VLLM_VERSION = "0.22.0"
+VLLM_VERSION = "0.16.0"
 
 
 class InvalidTokenId(ValueError):
@@ -122,7 +123,7 @@ def check_logits(logits: torch.Tensor, vocab_size: int) -> None:
 
 
 class ReferencePenalties:
-    """vLLM 0.22.0 penalties: list-based padded output tokens, then in-place penalties."""
+    """vLLM 0.16.0-0.33.0 penalties: list-based padded output tokens, then in-place penalties."""
 
     def __init__(self, vocab_size: int, device: torch.device | str = "cpu", batch=None) -> None:
         self.vocab_size = vocab_size
