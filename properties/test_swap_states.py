@@ -24,6 +24,7 @@ from strategies.penalties import note
 from strategies.swap_states import (Side, SwapProgram, SwapRun, UpstreamMethods, add_ops, programs_header,
                                     standalone, vllm_batch)
 from vllm_hotpaths import fixtures, ledger, registry, vllm_env
+from vllm_hotpaths.swap_states import patch as swap_states_patch
 from vllm_hotpaths.swap_states.oracle import MASK, assert_same_on_device, differences, mask_rows_differing
 from vllm_hotpaths.think_budget import Move
 
@@ -278,6 +279,37 @@ def test_candidate_matches_reference_on_fixtures(candidate, device, program, cas
 def test_candidate_on_vllm_input_batch(candidate, device, case_log):
     """The candidate runs on vLLM's own InputBatch (what the plugin installs) as on the standalone."""
     run_machine(machine(_candidate_sides(candidate, True), Equivalence(device), case_log))
+
+
+class UnpatchedMethods:
+    """vLLM's own `swap_states` / `condense`, as they were before the plugin's patch."""
+
+    @staticmethod
+    def swap_states(batch, i1, i2):
+        swap_states_patch.UPSTREAM["swap_states"](batch, i1, i2)
+
+    @staticmethod
+    def condense(batch):
+        swap_states_patch.UPSTREAM["condense"](batch)
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.devices("cpu")
+@pytest.mark.check("equivalence")
+@pytest.mark.implementation("plugin patch")
+def test_patched_vllm_matches_upstream(device, case_log):
+    """vLLM's InputBatch with the plugin's patch installed == the same batch with upstream's
+    methods, field by field; the ledger's upstream mask bugs (which the patch does not copy) are
+    the only differences allowed, as in conformance."""
+    swap_states_patch.install()
+    try:
+        def sides(program):
+            return [Side(vllm_batch(program), UpstreamMethods(), vllm=True),  # patched
+                    Side(vllm_batch(program), UnpatchedMethods(), vllm=True)]
+
+        run_machine(machine(sides, Conformance(case_log), case_log, valid_only=True))
+    finally:
+        swap_states_patch.uninstall()
 
 
 @pytest.mark.needs_vllm

@@ -1,7 +1,8 @@
 """The vLLM plugin, loaded the way vLLM loads it (`vllm.plugins.load_general_plugins`), in a
 fresh process each time: installed only for validated versions, selected by VLLM_HOTPATHS,
-harmless twice. (The patched sampler's equivalence with upstream is a property:
-`properties/test_logits_copy.py::test_patched_vllm_samples_like_upstream`.)"""
+harmless twice. (Each patch's equivalence with upstream is a property: `test_patched_vllm_samples_like_upstream`
+in properties/test_logits_copy.py, `test_patched_vllm_matches_upstream` in
+properties/test_swap_states.py.)"""
 
 import json
 
@@ -16,12 +17,14 @@ import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(levelname)s %(message)s")
 from vllm_hotpaths import vllm_env
 sampler = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler").Sampler
-before = sampler.sample
+batch = vllm_env.import_vllm("vllm.v1.worker.gpu_input_batch").InputBatch
+before, batch_before = sampler.sample, batch.swap_states
 from vllm.plugins import load_general_plugins
 load_general_plugins()
 from vllm_hotpaths import plugin
 plugin.register()  # a second load, as a second engine in the process would
 print("PATCHED" if sampler.sample is not before else "UPSTREAM", sampler.sample.__qualname__)
+print("BATCH PATCHED" if batch.swap_states is not batch_before else "BATCH UPSTREAM")
 """
 
 
@@ -46,6 +49,15 @@ def test_a_validated_version_is_installed_once(run_cli, tmp_path):
     assert result.stdout.count(f"logits_copy installed for vLLM {version}") == 1, result.stdout
 
 
+def test_each_hot_path_is_installed_only_where_validated(run_cli, tmp_path):
+    version = vllm_env.installed_version()
+    result = load(run_cli, tmp_path, {"swap_states": {version: {"profile": "gate"}}})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "BATCH PATCHED" in result.stdout and "UPSTREAM" in result.stdout, result.stdout
+    assert f"swap_states installed for vLLM {version}" in result.stdout, result.stdout
+    assert f"logits_copy is not validated for vLLM {version}" in result.stdout, result.stdout
+
+
 def test_an_unvalidated_version_is_refused_with_the_gate_command(run_cli, tmp_path):
     version = vllm_env.installed_version()
     result = load(run_cli, tmp_path, {"logits_copy": {"0.0.1": {"profile": "gate"}}})
@@ -59,7 +71,7 @@ def test_vllm_hotpaths_off_installs_nothing(run_cli, tmp_path):
     version = vllm_env.installed_version()
     result = load(run_cli, tmp_path, {"logits_copy": {version: {}}}, VLLM_HOTPATHS="off")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "UPSTREAM" in result.stdout and "installed" not in result.stdout, result.stdout
+    assert "PATCHED" not in result.stdout and "installed" not in result.stdout, result.stdout
 
 
 def test_an_unknown_hot_path_is_named(run_cli, tmp_path):

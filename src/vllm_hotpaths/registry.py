@@ -186,6 +186,7 @@ HOTPATHS: dict[str, HotPath] = {
               "active-prefix@0.33.0": ("vllm_hotpaths.swap_states.fast:ActivePrefixSwap033", "0.33.0")},
         live="vllm_hotpaths.swap_states.live:live_batch",
         bench="vllm_hotpaths.swap_states.bench:run",
+        patch="vllm_hotpaths.swap_states.patch:install",
     ),
     "recovered_tokens": HotPath(
         name="recovered_tokens",

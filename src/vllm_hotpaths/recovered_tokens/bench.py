@@ -121,7 +121,7 @@ def _kernel_only(impl, args: dict):
     if isinstance(impl, reference.ReciprocalReference):
         inv_q = args["q"].reciprocal()
         return lambda: reference._reciprocal_kernel[grid](
-            *common, inv_q, vocab, BLOCK=impl.block, NO_DRAFT_PROBS=no_draft)
+            *common, inv_q, vocab, BLOCK=impl.block, NO_DRAFT_PROBS=no_draft, INTERPRETED_VOCAB=0)
     assert isinstance(impl, fast.SplitVocabDivision)
     return lambda: impl.recover(**args)  # its launches and two scratch buffers
 

@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 
 from vllm_hotpaths.recovered_tokens import Tiles, check_inputs
-from vllm_hotpaths.recovered_tokens.reference import _contestants, _residual, _span, draft_pointer
+from vllm_hotpaths.recovered_tokens.reference import (_contestants, _residual, _span, draft_pointer,
+                                                      interpreted_bound)
 
 # Tuned on an H100 (sweeps of block 512-4096, 2-10,000 programs per SM, 4/8 warps, 1-4 pipeline
 # stages at the benchmark's shapes): fewer, longer programs wait on memory in series; more,
@@ -48,7 +49,7 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
                   target_ptr, q_ptr, vocab_size, lanes_per_program, num_slices, BLOCK: tl.constexpr,
                   SLICES: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr, SCORE: tl.constexpr,
                   CONTESTANTS: tl.constexpr, SLICE_BEST: tl.constexpr, PICK: tl.constexpr,
-                  WIDE: tl.constexpr):
+                  WIDE: tl.constexpr, INTERPRETED_LANES: tl.constexpr):
     req = tl.program_id(0)
     pos = tl.program_id(1)
     piece = tl.program_id(2)
@@ -68,8 +69,11 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
     # one tile's loads and the next.
     lane_best = tl.full((BLOCK,), float("-inf"), tl.float32)
     lane_id = first_lane + tl.arange(0, BLOCK)
-    for first in range(first_lane, first_lane + lanes_per_program, BLOCK):
-        lanes = first + tl.arange(0, BLOCK)
+    span = lanes_per_program
+    if INTERPRETED_LANES > 0:  # see `interpreted_bound`
+        span = INTERPRETED_LANES
+    for offset in range(0, span, BLOCK):
+        lanes = first_lane + offset + tl.arange(0, BLOCK)
         inside = lanes < vocab_size
         residual = _residual(target_ptr, draft_probs_ptr, draft_id, row, lanes, inside, NO_DRAFT_PROBS)
         q = tl.load(q_ptr + noise_row + lanes, mask=inside, other=1.0)
@@ -166,7 +170,8 @@ class SplitVocabDivision:
             draft_pointer(draft_probs, target_probs), target_probs, q, vocab, lanes, slices,
             BLOCK=block, SLICES=triton.next_power_of_2(slices), NO_DRAFT_PROBS=draft_probs is None,
             SCORE=kind.score, CONTESTANTS=kind.contestants, SLICE_BEST=kind.slice_best, PICK=kind.pick,
-            WIDE=max(num_tokens * max(vocab, slices), q.numel()) >= 2 ** 31, num_warps=NUM_WARPS)
+            WIDE=max(num_tokens * max(vocab, slices), q.numel()) >= 2 ** 31,
+            INTERPRETED_LANES=interpreted_bound(target_probs, lanes), num_warps=NUM_WARPS)
         return out
 
     @staticmethod

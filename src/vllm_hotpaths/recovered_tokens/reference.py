@@ -67,7 +67,8 @@ def _division_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_ptr
 
 @triton.jit
 def _reciprocal_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_ptr, inv_q_ptr,
-                       vocab_size, BLOCK: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr):
+                       vocab_size, BLOCK: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr,
+                       INTERPRETED_VOCAB: tl.constexpr):
     req = tl.program_id(0)
     pos = tl.program_id(1)
     start, count = _span(cu_ptr, req)
@@ -79,7 +80,10 @@ def _reciprocal_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_p
     noise_row = req * vocab_size
     best = float("-inf")
     best_id = 0
-    for first in range(0, vocab_size, BLOCK):
+    bound = vocab_size
+    if INTERPRETED_VOCAB > 0:  # see `interpreted_bound`
+        bound = INTERPRETED_VOCAB
+    for first in range(0, bound, BLOCK):
         lanes = first + tl.arange(0, BLOCK)
         inside = lanes < vocab_size
         residual = _residual(target_ptr, draft_probs_ptr, draft_id, row, lanes, inside, NO_DRAFT_PROBS)
@@ -89,6 +93,14 @@ def _reciprocal_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_p
             best = tile_best
             best_id = first + tile_id
     tl.store(out_ptr + token, best_id)
+
+
+def interpreted_bound(target_probs, bound: int) -> int:
+    """A loop bound as a compile-time constant for Triton's interpreter (CPU tensors), 0 on CUDA.
+    Some interpreter and NumPy pairs (Triton 3.6 with NumPy 2.5) cannot loop to a runtime bound:
+    `range()` converts the bound's one-element array with `__index__`, which NumPy 2.5 refuses.
+    Compiled kernels keep the runtime bound, so they are not compiled once per size."""
+    return 0 if target_probs.is_cuda else bound
 
 
 def draft_pointer(draft_probs, target_probs):
@@ -137,7 +149,8 @@ class ReciprocalReference:
             _reciprocal_kernel[(len(num_draft_tokens), max_spec_len)](
                 out, cu_num_draft_tokens, draft_token_ids, draft_pointer(draft_probs, target_probs),
                 target_probs, q.reciprocal(),
-                target_probs.shape[1], BLOCK=self.block, NO_DRAFT_PROBS=draft_probs is None)
+                target_probs.shape[1], BLOCK=self.block, NO_DRAFT_PROBS=draft_probs is None,
+                INTERPRETED_VOCAB=interpreted_bound(target_probs, target_probs.shape[1]))
         return out
 
 

@@ -1,0 +1,70 @@
+"""Installs the active-prefix `swap_states` / `condense` into vLLM's `InputBatch`.
+
+The implementation is the fast variant whose reference the installed vLLM is checked against
+(0.22.x: `active-prefix@0.16.0`, whose semantics 0.22 kept; 0.33.x: `active-prefix@0.33.0`).
+A batch the fast path does not support (0.33's ReplaySSM state) goes to upstream's methods, as
+does every call whose rows upstream would accept but the fast path refuses (it refuses before
+moving anything), so the patched batch never fails where upstream would not.
+"""
+
+from __future__ import annotations
+
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.swap_states import check_supported
+
+INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
+UPSTREAM: dict[str, object] = {}  # the replaced methods, for the properties' unpatched side
+
+
+def implementation(version: str):
+    """The fast factory checked against the reference that `version` is checked against."""
+    hotpath = registry.get("swap_states")
+    target = hotpath.reference_version_for(version)
+    for _, factory, reference_version in hotpath.candidates():
+        if reference_version == target:
+            return factory
+    raise LookupError(f"swap_states has no fast variant for the vLLM {version} reference ({target})")
+
+
+def install() -> list[str]:
+    version = vllm_env.installed_version()
+    module = vllm_env.import_vllm(INPUT_BATCH)
+    batch_class = module.InputBatch
+    if UPSTREAM:
+        return ["InputBatch.swap_states", "InputBatch.condense"]
+    from vllm.v1.sample.logits_processor import MoveDirectionality
+
+    fast = implementation(version)(MoveDirectionality)
+    upstream_swap, upstream_condense = batch_class.swap_states, batch_class.condense
+
+    def swap_states(self, i1: int, i2: int) -> None:
+        try:
+            check_supported(self)
+        except NotImplementedError:
+            return upstream_swap(self, i1, i2)
+        try:
+            fast.swap_states(self, i1, i2)
+        except ValueError:  # rows the fast path refuses, before moving anything
+            upstream_swap(self, i1, i2)
+
+    def condense(self) -> None:
+        try:
+            check_supported(self)
+        except NotImplementedError:
+            return upstream_condense(self)
+        try:
+            fast.condense(self)
+        except ValueError:
+            upstream_condense(self)
+
+    UPSTREAM.update(swap_states=upstream_swap, condense=upstream_condense)
+    batch_class.swap_states, batch_class.condense = swap_states, condense
+    return ["InputBatch.swap_states", "InputBatch.condense"]
+
+
+def uninstall() -> None:
+    """Put upstream's methods back (the properties patch one test at a time)."""
+    if UPSTREAM:
+        batch_class = vllm_env.import_vllm(INPUT_BATCH).InputBatch
+        batch_class.swap_states, batch_class.condense = UPSTREAM["swap_states"], UPSTREAM["condense"]
+        UPSTREAM.clear()
