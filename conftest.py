@@ -61,6 +61,8 @@ def pytest_configure(config):
         "drift (an older reference vs vLLM: every difference named by the ledger)",
         "needs_cuda: runs only where a CUDA device is visible",
         "needs_vllm: runs only where vLLM is installed",
+        "plugin_patch: a property of the hot path's plugin patch (deselected where the patch does "
+        "not apply to the installed vLLM)",
         "devices(*names): restrict the device parametrization",
         "needs_vllm_ops(name): runs only where vLLM's compiled op `name` can be loaded",
         "triton: runs Triton kernels: CPU cases need TRITON_INTERPRET=1, CUDA cases a process "
@@ -121,7 +123,8 @@ def pytest_runtest_setup(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Drift checks exist only where the installed vLLM's hot path has an older reference."""
+    """Drift checks exist only where the installed vLLM's hot path has an older reference, and a
+    plugin patch's properties only where the patch applies to the installed vLLM."""
     version = vllm_env.installed_version()
     if version is None:
         return
@@ -131,6 +134,8 @@ def pytest_collection_modifyitems(config, items):
         if check is not None and check.args[0] == "drift" and (
                 not registry.get(hotpath.args[0]).exists_in(version)
                 or ledger.older_reference_version(hotpath.args[0], version) is None):
+            drop.append(item)
+        elif item.get_closest_marker("plugin_patch") and registry.get(hotpath.args[0]).patch_needed(version):
             drop.append(item)
         else:
             keep.append(item)

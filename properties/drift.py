@@ -37,31 +37,24 @@ def against_older_reference(hotpath: str, case_log, request, conformance: Callab
                             given_test=None) -> None:
     """Run `conformance` (a conformance property, called directly) with the older reference.
 
-    Every example is judged on its own: a difference the ledger names is recorded (with the
-    first case that showed it: for a stateful property, its operations up to the difference) and
-    the search goes on, so Hypothesis keeps looking for, and shrinks, a difference no entry
-    names. A `@given` property is judged through `given_test` (the property itself); a stateful
-    one asks `case_log.tolerates` after each operation.
+    A difference fails the property and Hypothesis shrinks it; the shrunk case must be covered by
+    ledger changes, which it then shows (a fixture carrying the first one's link). The property
+    runs again with the differences of the changes shown so far judged as expected, until a run
+    finds nothing new: so each change gets its own shrunk case, and a difference no entry names
+    fails. Examples are judged one by one through `case_log.tolerates`, which a stateful property
+    asks after each operation (ending the run there) and which a `@given` property (`given_test`,
+    the property itself) is wrapped with.
     """
     version = vllm_env.installed_version()
     older = ledger.older_reference_version(hotpath, version)
     case_log.reference_version = older
-    witnesses: dict[str, object] = {}  # entry link -> the first case showing it
+    shown: dict[str, object] = {}  # entry link -> its shrunk case
 
-    def named(failure: AssertionError) -> bool:
-        entries = ledger.explain_drift(hotpath, version, case_log.last)
-        for entry in entries:
-            case_log.excuse(entry)
-            witnesses.setdefault(entry.link, case_log.last)
-        return bool(entries)
+    def tolerated(failure: AssertionError) -> bool:
+        entries = ledger.explain_drift(hotpath, version, case_log.last, str(failure))
+        return bool(entries) and all(entry.link in shown for entry in entries)
 
-    def named_or_raise(failure: AssertionError) -> None:
-        if not named(failure):
-            raise AssertionError(f"reference@{older} differs from vLLM {version} where no ledger "
-                                 f"change names it: {failure}") from failure
-
-    case_log.tolerates = named
-
+    case_log.tolerates = tolerated
     if given_test is not None:
         inner = given_test.hypothesis.inner_test
 
@@ -69,17 +62,29 @@ def against_older_reference(hotpath: str, case_log, request, conformance: Callab
             try:
                 inner(*args, **kwargs)
             except AssertionError as failure:
-                named_or_raise(failure)
+                if not tolerated(failure):
+                    raise
 
         given_test.hypothesis.inner_test = judged_alone
     try:
-        conformance()
-    except AssertionError as failure:
-        named_or_raise(failure)
+        while True:
+            try:
+                conformance()
+                break
+            except AssertionError as failure:
+                entries = ledger.explain_drift(hotpath, version, case_log.last, str(failure))
+                if not entries:
+                    raise AssertionError(f"reference@{older} differs from vLLM {version} where no "
+                                         f"ledger change names it: {failure}") from failure
+                if all(entry.link in shown for entry in entries):  # not judged alone: no progress
+                    raise
+                for entry in entries:
+                    shown.setdefault(entry.link, case_log.last)
     finally:
         if given_test is not None:
             given_test.hypothesis.inner_test = inner
     directory = Path(request.config.getoption("fixture_dir") or fixtures.REGRESSIONS)
-    for link, case in witnesses.items():
+    for link, case in shown.items():
         path = fixtures.save(directory, hotpath, case, source=request.node.nodeid, link=link)
+        case_log.excuse_link(link)
         case_log.shown_by = case_log.shown_by or str(path)

@@ -209,6 +209,7 @@ def test_candidate_samples_like_reference(program, candidate, device, case_log):
 
 @pytest.mark.check("equivalence")
 @pytest.mark.implementation("plugin patch@0.22.0")
+@pytest.mark.plugin_patch
 @pytest.mark.needs_vllm
 @pytest.mark.devices("cpu")
 @replayed
@@ -218,8 +219,6 @@ def test_patched_vllm_samples_like_upstream(program, device, case_log):
     upstream method it replaced, and its processed logits are equal after upcasting to fp32."""
     from vllm_hotpaths.logits_copy import patch
 
-    if not patch.supports(vllm_env.installed_version()):
-        pytest.skip(f"the patch is for vLLM 0.22.x, not {vllm_env.installed_version()}")
     case_log.record(program)
     patch.install()
     (live,) = program.samplers(registry.resolve(HOTPATH.live), device=device)

@@ -297,6 +297,7 @@ class UnpatchedMethods:
 @pytest.mark.devices("cpu")
 @pytest.mark.check("equivalence")
 @pytest.mark.implementation("plugin patch")
+@pytest.mark.plugin_patch
 def test_patched_vllm_matches_upstream(device, case_log):
     """vLLM's InputBatch with the plugin's patch installed == the same batch with upstream's
     methods, field by field; the ledger's upstream mask bugs (which the patch does not copy) are

@@ -11,6 +11,7 @@ the two may differ, and the property reports when they did.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,6 +31,7 @@ class KnownDivergence:
     # "divergence": upstream vs the frozen reference (conformance); "change": a deliberate
     # upstream semantic change, between the references of the versions before and from it
     kind: str = "divergence"
+    shows: str | None = None  # a "change": a regex the difference's message must match, if given
 
     def applies_to(self, hotpath: str, vllm_version: str) -> bool:
         version = version_key(vllm_version)
@@ -97,10 +99,12 @@ def older_reference_version(hotpath: str, vllm_version: str) -> str | None:
     return max(older, key=version_key) if older else None
 
 
-def explain_drift(hotpath: str, vllm_version: str, case: object) -> list[KnownDivergence]:
-    """The deliberate upstream changes (entries of kind "change") that cover `case`: the names
-    of a difference between an older reference and the installed vLLM."""
-    return [e for e in LEDGER if e.kind == "change" and e.covers(hotpath, vllm_version, case)]
+def explain_drift(hotpath: str, vllm_version: str, case: object, message: str = "") -> list[KnownDivergence]:
+    """The deliberate upstream changes (entries of kind "change") that cover `case` and whose
+    `shows` pattern, if any, is in the difference's `message`: the names of a difference between
+    an older reference and the installed vLLM."""
+    return [e for e in LEDGER if e.kind == "change" and e.covers(hotpath, vllm_version, case)
+            and (e.shows is None or re.search(e.shows, message))]
 
 
 def position_entries(hotpath: str, vllm_version: str, case: object,
@@ -146,6 +150,11 @@ def _request_params(case) -> list[dict]:
     return [dict(op[4]) for op in _ops(case, "add")]
 
 
+def _no_negative_budget(case) -> bool:
+    """Programs where 0.33's budget normalization (a -1 budget tracks nothing) plays no part."""
+    return all(op[3] is None or op[3] >= 0 for op in _ops(case, "add"))
+
+
 def _think_tokens(case) -> set[int]:
     """Every token id a think_budget program feeds (prompts, outputs, sampled and draft ids)."""
     found: set[int] = set()
@@ -167,28 +176,28 @@ LEDGER += [
         link="https://github.com/vllm-project/vllm/pull/51890",
         summary="sync_batch's SWAP pops both rows' states before re-inserting them: 0.22 left one "
                 "state object on two rows after swapping a tracked row with an untracked one",
-        affects=lambda case: bool(_ops(case, "swap")),
+        affects=lambda case: bool(_ops(case, "swap")) and _no_negative_budget(case),
     ),
     KnownDivergence(
         hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
         link="https://github.com/vllm-project/vllm/pull/43757",
         summary="scan_offset: after a think exit the markers are searched only past it, so a later "
                 "start re-enters thinking and is enforced (0.22 kept finding the old end marker)",
-        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)),
+        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)) and _no_negative_budget(case),
     ),
     KnownDivergence(
         hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
         link="https://github.com/vllm-project/vllm/pull/45984",
         summary="a natural end marker leaves thinking at once and resets the markers (early "
                 "natural-end block, natural_end_with_continue)",
-        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)),
+        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)) and _no_negative_budget(case),
     ),
     KnownDivergence(
         hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
         link="https://github.com/vllm-project/vllm/pull/46662",
         summary="the holder is handed committed outputs only; 0.22 combined outputs with drafts "
                 "and stripped them again",
-        affects=lambda case: case.num_spec_tokens > 0 and bool(_ops(case, "drafts")),
+        affects=lambda case: case.num_spec_tokens > 0 and bool(_ops(case, "drafts")) and _no_negative_budget(case),
     ),
     KnownDivergence(
         hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
@@ -203,6 +212,7 @@ LEDGER += [
         summary="swap_states exchanges the allowed-token mask rows (0.16-0.22 left both rows with "
                 "the second row's mask)",
         affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "swap")),
+        shows="allowed-token mask",
     ),
     KnownDivergence(
         hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
@@ -210,6 +220,7 @@ LEDGER += [
         summary="condense clears the vacated row's allowed-token mask (0.16-0.22 left it for the "
                 "next request added there)",
         affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "remove")),
+        shows="allowed-token mask",
     ),
     KnownDivergence(
         hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
@@ -217,6 +228,7 @@ LEDGER += [
         summary="condense clears the block-table row it vacates (dummy runs read stale rows as "
                 "Mamba state slots)",
         affects=lambda case: bool(_ops(case, "remove")),
+        shows="num_blocks_per_row|block_table",
     ),
     KnownDivergence(
         hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",

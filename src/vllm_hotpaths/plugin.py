@@ -63,6 +63,11 @@ def register() -> dict[str, list[str]]:
                 "vllm-hotpaths: %s is not validated for vLLM %s, upstream kept; validate it with "
                 "`vllm-hotpaths gate --vllm %s --hotpath %s --record`", name, version, version, name)
             continue
+        reason = registry.get(name).patch_needed(version)
+        if reason is not None:
+            logger.info("vllm-hotpaths: %s left to upstream on vLLM %s: %s", name, version, reason)
+            _installed[name] = []
+            continue
         _installed[name] = registry.resolve(registry.get(name).patch)()
         logger.info("vllm-hotpaths: %s installed for vLLM %s (%s)", name, version, ", ".join(_installed[name]))
     return dict(_installed)

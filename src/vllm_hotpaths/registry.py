@@ -42,6 +42,14 @@ class HotPath:
     def exists_in(self, vllm_version: str) -> bool:
         return self.since is None or version_key(vllm_version) >= version_key(self.since)
 
+    def patch_needed(self, vllm_version: str) -> str | None:
+        """None where the patch applies to `vllm_version`, else why not (its module's
+        `not_needed(version)`): what the plugin logs instead of patching."""
+        if not self.patch:
+            return "no patch"
+        module = importlib.import_module(self.patch.partition(":")[0])
+        return module.not_needed(vllm_version) if hasattr(module, "not_needed") else None
+
     def reference_version_for(self, vllm_version: str | None) -> str:
         """The newest frozen reference not newer than `vllm_version` (the newest if None)."""
         versions = sorted(self.references, key=version_key)

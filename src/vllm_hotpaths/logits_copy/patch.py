@@ -28,6 +28,12 @@ def supports(version: str | None) -> bool:
     return version is not None and Version(version).release[:2] == (0, 22)
 
 
+def not_needed(version: str) -> str | None:
+    if Version(version) >= Version("0.33.0"):
+        return "upstream already skips the copy when no request needs processing"
+    return None if supports(version) else f"the patch is written for vLLM 0.22.x, not {version}"
+
+
 def request_params(sp) -> RequestParams:
     """What the 0.22.0 sampler reads of a (normalized) `SamplingParams`."""
     return RequestParams(

@@ -69,10 +69,9 @@ def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids
     # one tile's loads and the next.
     lane_best = tl.full((BLOCK,), float("-inf"), tl.float32)
     lane_id = first_lane + tl.arange(0, BLOCK)
-    span = lanes_per_program
-    if INTERPRETED_LANES > 0:  # see `interpreted_bound`
-        span = INTERPRETED_LANES
-    for offset in range(0, span, BLOCK):
+    # The bound: see `interpreted_bound` (chosen in place: the interpreter makes every assigned
+    # value a tensor).
+    for offset in range(0, INTERPRETED_LANES if INTERPRETED_LANES > 0 else lanes_per_program, BLOCK):
         lanes = first_lane + offset + tl.arange(0, BLOCK)
         inside = lanes < vocab_size
         residual = _residual(target_ptr, draft_probs_ptr, draft_id, row, lanes, inside, NO_DRAFT_PROBS)

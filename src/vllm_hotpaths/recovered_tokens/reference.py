@@ -80,10 +80,9 @@ def _reciprocal_kernel(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_p
     noise_row = req * vocab_size
     best = float("-inf")
     best_id = 0
-    bound = vocab_size
-    if INTERPRETED_VOCAB > 0:  # see `interpreted_bound`
-        bound = INTERPRETED_VOCAB
-    for first in range(0, bound, BLOCK):
+    # The bound: see `interpreted_bound` (chosen in place: the interpreter makes every assigned
+    # value a tensor).
+    for first in range(0, INTERPRETED_VOCAB if INTERPRETED_VOCAB > 0 else vocab_size, BLOCK):
         lanes = first + tl.arange(0, BLOCK)
         inside = lanes < vocab_size
         residual = _residual(target_ptr, draft_probs_ptr, draft_id, row, lanes, inside, NO_DRAFT_PROBS)
