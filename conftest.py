@@ -207,7 +207,7 @@ def pytest_runtest_makereport(item, call):
         directory = Path(item.config.getoption("fixture_dir") or fixtures.REGRESSIONS)
         try:
             path = fixtures.save(directory, hotpath.args[0], log.last, source=item.nodeid)
-            report.user_properties.append(("fixture", str(path)))
+            report.user_properties.append(("fixture", fixtures.shown(path)))
             message = f"shrunk case saved as regression fixture: {path}"
         except TypeError as err:  # a case that is not a dataclass cannot become a fixture
             message = f"no regression fixture written: {err}"

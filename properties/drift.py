@@ -3,10 +3,10 @@
 A fast path validated for an earlier vLLM implements that version's reference. Before a bump, the
 gate runs each hot path's conformance property once more with the older reference in its place:
 where the newer vLLM changed the semantics, the property fails and Hypothesis shrinks the
-difference. The difference is accepted only when a ledger entry of kind "change" names it (the
-upstream PR); the shrunk case is saved as a regression fixture carrying that link and the row
-reports the entries. A difference no entry names fails the check. No difference found: the
-older semantics still hold for the sampled inputs.
+difference. A difference is accepted only when ledger entries of kind "change" name it (the
+upstream PRs); its shrunk case is saved as a regression fixture carrying the first link, and the
+row reports the entries met. A difference no entry names fails the check. No difference found:
+the older semantics still hold for the sampled inputs.
 """
 
 from __future__ import annotations
@@ -87,4 +87,4 @@ def against_older_reference(hotpath: str, case_log, request, conformance: Callab
     for link, case in shown.items():
         path = fixtures.save(directory, hotpath, case, source=request.node.nodeid, link=link)
         case_log.excuse_link(link)
-        case_log.shown_by = case_log.shown_by or str(path)
+        case_log.shown_by = case_log.shown_by or fixtures.shown(path)

@@ -46,7 +46,7 @@ def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path
     report = json.loads((tmp_path / "gate-report.json").read_text())
     check_report_shape(report)
     failed = [r for r in report["results"] if r["status"] == "fail"]
-    assert failed and all("PadWithZero@0.22.0" in r["implementation"] for r in failed)
+    assert failed and all("PadWithZero@0.16.0" in r["implementation"] for r in failed)
     assert failed[0]["fixture"].startswith(str(tmp_path / "fx"))
 
 

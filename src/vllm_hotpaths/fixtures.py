@@ -59,6 +59,12 @@ def save(directory: Path, hotpath: str, case: Any, source: str, link: str | None
     return path
 
 
+def shown(path: Path) -> str:
+    """A fixture's path as reports print it: relative to the checkout when inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def load(directory: Path, hotpath: str, case_type: type[T]) -> list[tuple[Path, T]]:
     """Every fixture of `hotpath` holding a `case_type`, sorted by file name (stable for xdist)."""
     found = []
