@@ -79,10 +79,12 @@ class LiveSampler022:
                 max_num_reqs=max_num_reqs, max_model_len=max_model_len,
                 max_num_batched_tokens=max_model_len, num_speculative_steps=1,
                 vocab_size=vocab_size, device=self.device)
-            self.sampler = self._sampler_mod.Sampler(
-                max_num_reqs=max_num_reqs, vocab_size=vocab_size, device=self.device,
-                req_states=self.req_states)
+            self.sampler = self._sampler(max_num_reqs, vocab_size, reasoning)
         self.params: dict[int, object] = {}  # slot -> the SamplingParams given to vLLM
+
+    def _sampler(self, max_num_reqs: int, vocab_size: int, reasoning):
+        return self._sampler_mod.Sampler(max_num_reqs=max_num_reqs, vocab_size=vocab_size,
+                                         device=self.device, req_states=self.req_states)
 
     @staticmethod
     def _req_id(slot: int) -> str:
@@ -178,19 +180,10 @@ class LiveSampler033(LiveSampler022):
     calls it (the references state no top-k/top-p for 0.33). When no request of the batch needs
     processing, vLLM returns the caller's tensor itself."""
 
-    def __init__(self, vocab_size: int, max_num_reqs: int, device="cpu", max_model_len: int = 256,
-                 reasoning=None):
-        self._sampler_mod = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler")
+    def _sampler(self, max_num_reqs: int, vocab_size: int, reasoning):
         from vllm.config import VllmConfig
         from vllm.config.reasoning import ReasoningConfig
-        from vllm.sampling_params import SamplingParams
-        from vllm.v1.worker.gpu import buffer_utils
-        from vllm.v1.worker.gpu.input_batch import post_update
-        from vllm.v1.worker.gpu.states import RequestState
 
-        self._SamplingParams, self._post_update = SamplingParams, post_update
-        self.device = torch.device(device)
-        self.vocab_size, self.max_model_len = vocab_size, max_model_len
         config = VllmConfig()
         if reasoning is not None:
             markers = ReasoningConfig()
@@ -199,15 +192,8 @@ class LiveSampler033(LiveSampler022):
             markers._reasoning_end_token_ids = list(reasoning.end)
             markers._natural_reasoning_end_token_ids = list(reasoning.natural_end)
             config.reasoning_config = markers
-        with _host_uva(buffer_utils):
-            self.req_states = RequestState(
-                max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-                max_num_batched_tokens=max_model_len, num_speculative_steps=1,
-                vocab_size=vocab_size, device=self.device)
-            self.sampler = self._sampler_mod.Sampler(
-                config, max_num_reqs=max_num_reqs, vocab_size=vocab_size, device=self.device,
-                req_states=self.req_states)
-        self.params = {}
+        return self._sampler_mod.Sampler(config, max_num_reqs=max_num_reqs, vocab_size=vocab_size,
+                                         device=self.device, req_states=self.req_states)
 
     def _admit(self, slot: int, prompt: list[int], tokens: list[int], sp) -> None:
         self.req_states.add_request(self._req_id(slot), len(prompt), tokens, num_computed_tokens=len(tokens),
