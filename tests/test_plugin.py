@@ -58,6 +58,16 @@ def test_each_hot_path_is_installed_only_where_validated(run_cli, tmp_path):
     assert f"logits_copy is not validated for vLLM {version}" in result.stdout, result.stdout
 
 
+def test_a_patch_says_where_upstream_needs_none():
+    from vllm_hotpaths.registry import get
+
+    assert get("logits_copy").patch_needed("0.22.3") is None
+    assert "already skips the copy" in get("logits_copy").patch_needed("0.33.0")
+    assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.21.0")
+    assert get("swap_states").patch_needed("0.33.0") is None
+    assert get("penalties").patch_needed("0.22.0") == "no patch"
+
+
 def test_an_unvalidated_version_is_refused_with_the_gate_command(run_cli, tmp_path):
     version = vllm_env.installed_version()
     result = load(run_cli, tmp_path, {"logits_copy": {"0.0.1": {"profile": "gate"}}})

@@ -156,7 +156,8 @@ def _no_negative_budget(case) -> bool:
 
 
 def _think_tokens(case) -> set[int]:
-    """Every token id a think_budget program feeds (prompts, outputs, sampled and draft ids)."""
+    """Every integer in a think_budget program's operations: its token ids (prompts, outputs,
+    sampled and draft ids) and, coarsely, its rows and budgets too."""
     found: set[int] = set()
 
     def walk(value):
