@@ -113,8 +113,9 @@ def pytest_runtest_setup(item):
         version = vllm_env.installed_version()
         if version is None:
             pytest.skip("vLLM is not installed")
-        hotpath = registry.get(item.get_closest_marker("hotpath").args[0])
-        if not hotpath.exists_in(version):
+        marker = item.get_closest_marker("hotpath")
+        hotpath = registry.get(marker.args[0]) if marker else None
+        if hotpath is not None and not hotpath.exists_in(version):
             pytest.skip(f"vLLM {version} has no {hotpath.name} (it is there from {hotpath.since})")
     ops = item.get_closest_marker("needs_vllm_ops")
     if ops is not None and vllm_env.compiled_op(ops.args[0]) is None:

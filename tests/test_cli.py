@@ -10,7 +10,7 @@ def check_report_shape(report):
     for row in report["results"]:
         assert set(row) == {"hotpath", "check", "device", "implementation", "status", "examples",
                             "fixture", "outcomes", "excused"}
-        assert row["check"] in {"equivalence", "conformance", "semantic-change"}
+        assert row["check"] in {"equivalence", "conformance", "drift", "semantic-change"}
         assert row["device"] in {"cpu", "cuda"}
         assert row["status"] in STATUSES
         assert isinstance(row["examples"], int)
