@@ -171,89 +171,89 @@ def _think_tokens(case) -> set[int]:
     return found
 
 
+def _leaves_thinking(case) -> bool:
+    """A think_budget program that feeds an end marker (no -1 budget in it)."""
+    return bool(set(case.end_ids) & _think_tokens(case)) and _no_negative_budget(case)
+
+
+def _change_in_033(hotpath: str, link: str, summary: str, affects: Callable[[object], bool],
+                   shows: str | None = None) -> KnownDivergence:
+    """A deliberate change first in vLLM 0.33.0, still in place; affected programs may agree."""
+    return KnownDivergence(hotpath=hotpath, first_version="0.33.0", last_version=None, link=link,
+                           summary=summary, affects=affects, required=False, kind="change", shows=shows)
+
+
 LEDGER += [
-    KnownDivergence(
-        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/51890",
+    _change_in_033(
+        "think_budget", "https://github.com/vllm-project/vllm/pull/51890",
         summary="sync_batch's SWAP pops both rows' states before re-inserting them: 0.22 left one "
                 "state object on two rows after swapping a tracked row with an untracked one",
         affects=lambda case: bool(_ops(case, "swap")) and _no_negative_budget(case),
     ),
-    KnownDivergence(
-        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/43757",
+    _change_in_033(
+        "think_budget", "https://github.com/vllm-project/vllm/pull/43757",
         summary="scan_offset: after a think exit the markers are searched only past it, so a later "
                 "start re-enters thinking and is enforced (0.22 kept finding the old end marker)",
-        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)) and _no_negative_budget(case),
+        affects=_leaves_thinking,
     ),
-    KnownDivergence(
-        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/45984",
+    _change_in_033(
+        "think_budget", "https://github.com/vllm-project/vllm/pull/45984",
         summary="a natural end marker leaves thinking at once and resets the markers (early "
                 "natural-end block, natural_end_with_continue)",
-        affects=lambda case: bool(set(case.end_ids) & _think_tokens(case)) and _no_negative_budget(case),
+        affects=_leaves_thinking,
     ),
-    KnownDivergence(
-        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/46662",
+    _change_in_033(
+        "think_budget", "https://github.com/vllm-project/vllm/pull/46662",
         summary="the holder is handed committed outputs only; 0.22 combined outputs with drafts "
                 "and stripped them again",
         affects=lambda case: case.num_spec_tokens > 0 and bool(_ops(case, "drafts")) and _no_negative_budget(case),
     ),
-    KnownDivergence(
-        hotpath="think_budget", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/sampling_params.py#L65",
+    _change_in_033(
+        "think_budget", "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/sampling_params.py#L65",
         summary="SamplingParams turns a thinking budget of -1 into None (no state is tracked; 0.22 "
                 "kept an inert -1 state) and refuses other negative budgets",
         affects=lambda case: any(op[3] is not None and op[3] < 0 for op in _ops(case, "add")),
     ),
-    KnownDivergence(
-        hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/48419",
+    _change_in_033(
+        "swap_states", "https://github.com/vllm-project/vllm/pull/48419",
         summary="swap_states exchanges the allowed-token mask rows (0.16-0.22 left both rows with "
                 "the second row's mask)",
         affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "swap")),
         shows="allowed-token mask",
     ),
-    KnownDivergence(
-        hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/issues/43894",
+    _change_in_033(
+        "swap_states", "https://github.com/vllm-project/vllm/issues/43894",
         summary="condense clears the vacated row's allowed-token mask (0.16-0.22 left it for the "
                 "next request added there)",
         affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "remove")),
         shows="allowed-token mask",
     ),
-    KnownDivergence(
-        hotpath="swap_states", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/49757",
+    _change_in_033(
+        "swap_states", "https://github.com/vllm-project/vllm/pull/49757",
         summary="condense clears the block-table row it vacates (dummy runs read stale rows as "
                 "Mamba state slots)",
         affects=lambda case: bool(_ops(case, "remove")),
         shows="num_blocks_per_row|block_table",
     ),
-    KnownDivergence(
-        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/sample/sampler.py#L278",
+    _change_in_033(
+        "logits_copy", "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/sample/sampler.py#L278",
         summary="Sampler.sample calls apply_sampling_params(skip_top_k_top_p=True) and applies "
                 "top-k/top-p in its own sampling step; 0.22 masked the processed logits",
         affects=lambda case: any("top_k" in p or "top_p" in p for p in _request_params(case)),
     ),
-    KnownDivergence(
-        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/46243",
+    _change_in_033(
+        "logits_copy", "https://github.com/vllm-project/vllm/pull/46243",
         summary="min_tokens counts the token being sampled (pos + 1 < prompt_len + min_tokens)",
         affects=lambda case: any(p.get("min_tokens", 0) for p in _request_params(case)),
     ),
-    KnownDivergence(
-        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/52311",
+    _change_in_033(
+        "logits_copy", "https://github.com/vllm-project/vllm/pull/52311",
         summary="bad words match against the request's draft tokens on speculative rows",
         affects=lambda case: any(p.get("bad_words") for p in _request_params(case))
         and any(drafts for op in _ops(case, "step") for _, drafts in op[1]),
     ),
-    KnownDivergence(
-        hotpath="logits_copy", first_version="0.33.0", last_version=None, required=False, kind="change",
-        link="https://github.com/vllm-project/vllm/pull/46727",
+    _change_in_033(
+        "logits_copy", "https://github.com/vllm-project/vllm/pull/46727",
         summary="Model Runner v2 forces the reasoning end marker (1e9) when a thinking budget runs out",
         affects=lambda case: case.reasoning is not None and all(case.reasoning)
         and any(p.get("thinking_token_budget") not in (None, -1) for p in _request_params(case)),
