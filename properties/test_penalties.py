@@ -114,6 +114,33 @@ def test_reference_matches_installed_vllm(program, case_log):
         case_log.excuse(entry)
 
 
+@pytest.mark.check("equivalence")
+@pytest.mark.needs_vllm
+@pytest.mark.devices("cpu")
+@pytest.mark.implementation("plugin patch")
+@pytest.mark.plugin_patch
+@replayed
+@given(program=penalties_programs())
+def test_patched_vllm_matches_upstream(program, device, case_log):
+    """The v1 sampler's `apply_all_penalties` with the plugin's patch installed == upstream's,
+    penalized logits bit for bit at every step of a program (tracked and plain lists, swaps,
+    async placeholders, trims)."""
+    from vllm_hotpaths.penalties import patch
+
+    case_log.record(program)
+    run = PenaltiesRun(program)
+    patch.install()
+    try:
+        patched = vllm_env.import_vllm(patch.CALLERS[0]).apply_all_penalties
+        upstream = patch.UPSTREAM["apply_all_penalties"]
+        for i, step in enumerate(run.steps()):
+            expected = upstream(*step.on(device))
+            actual = patched(*step.on(device))
+            assert_same_bits(actual, expected, f"step {i}: penalized logits, patched vs upstream")
+    finally:
+        patch.uninstall()
+
+
 @pytest.mark.check("conformance")
 @pytest.mark.needs_vllm
 @fixtures.replayed("penalties", InvalidIdCase, "case")

@@ -136,6 +136,55 @@ def test_older_reference_against_installed_vllm(device, case_log, request):
                                   given_test=test_reference_matches_installed_vllm)
 
 
+def upstream_call(function, case: RecoveryCase, device, generator_seeds: dict[int, int], seed: int):
+    """`function` called as the rejection sampler calls it, the random streams seeded afresh:
+    the ids, and where each stream stands afterwards (the next step draws from there)."""
+    from types import SimpleNamespace
+
+    args = case.tensors(device)
+    del args["q"]  # drawn inside, from the streams
+    generators = {i: torch.Generator(device).manual_seed(s) for i, s in generator_seeds.items()}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ids = function(*args.values(), SimpleNamespace(generators=generators), torch.device(device))
+        streams = {"the global stream": torch.get_rng_state()}
+        streams |= {f"request {i}'s generator": g.get_state() for i, g in generators.items()}
+    return ids, streams
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.needs_vllm
+@pytest.mark.devices("cpu")
+@pytest.mark.implementation("plugin patch")
+@pytest.mark.plugin_patch
+@given(case=recovery_cases(), data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_patched_vllm_matches_upstream(case, data, seed, device, case_log):
+    """vLLM's `sample_recovered_tokens` with the plugin's patch installed == upstream's, ids bit
+    for bit, from the same global seed and per-request generators (seeded requests with and
+    without drafts); where upstream's pick is undecided (the ledger's NaN rows) it is excused, as
+    in conformance."""
+    from vllm_hotpaths.recovered_tokens import patch
+
+    case_log.record(case)
+    seeded = data.draw(st.dictionaries(st.integers(0, len(case.draft_counts) - 1), st.integers(0, 2**32 - 1)),
+                       label="seeded requests")
+    patch.install()
+    try:
+        module = vllm_env.import_vllm(patch.REJECTION_SAMPLER)
+        upstream, upstream_streams = upstream_call(patch.UPSTREAM["sample_recovered_tokens"], case, device,
+                                                   seeded, seed)
+        patched, patched_streams = upstream_call(module.sample_recovered_tokens, case, device, seeded, seed)
+    finally:
+        patch.uninstall()
+    for stream, state in upstream_streams.items():
+        assert torch.equal(patched_streams[stream], state), f"{stream} advanced differently"
+    assert patched.dtype == upstream.dtype, f"patched ids are {patched.dtype}, upstream's {upstream.dtype}"
+    version = vllm_env.installed_version()
+    excusable = position_entries("recovered_tokens", version, case)  # where upstream is undecided, as in conformance
+    for link in compare_ids(patched, upstream, f"patched vLLM {version} vs upstream", excusable):
+        case_log.excuse_link(link)
+
+
 CORRUPTIONS = ("count sum", "spec len", "negative count", "target dtype", "noise shape",
                "ids shape", "cu dtype", "not contiguous")
 

@@ -282,6 +282,44 @@ def test_older_reference_against_installed_vllm(spec, case_log, request):
                                   lambda: test_reference_matches_installed_vllm(spec, case_log))
 
 
+def patched_vllm_holder(config: ThinkConfig):
+    """vLLM's holder API as an InputBatch built with the plugin's patch installed holds it."""
+    from types import SimpleNamespace
+
+    from vllm_hotpaths.swap_states.live import live_batch
+    from vllm_hotpaths.think_budget.live import LiveThinkBudget
+    from vllm_hotpaths.think_budget.patch import FastHolder
+
+    side = LiveThinkBudget(config, "cpu")
+    reasoning = SimpleNamespace(reasoning_start_token_ids=list(config.start_ids),
+                                reasoning_end_token_ids=list(config.end_ids))
+    batch = live_batch(config.max_num_seqs, 16, config.vocab_size, (16,),
+                       num_spec_tokens=config.num_spec_tokens, reasoning_config=reasoning)
+    side.holder = batch.thinking_budget_state_holder
+    assert isinstance(side.holder, FastHolder), f"the patched InputBatch holds {type(side.holder).__name__}"
+    return side
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.needs_vllm
+@pytest.mark.implementation("plugin patch")
+@pytest.mark.plugin_patch
+@SPEC_MODES
+def test_patched_vllm_matches_upstream(spec, case_log):
+    """The holder of an InputBatch built with the plugin's patch installed == upstream's holder,
+    state and forced logits, driven as vLLM's sampler drives them."""
+    from vllm_hotpaths.think_budget import patch
+
+    version = vllm_env.installed_version()
+    patch.install()
+    try:
+        run_machine(machine(HOTPATH.reference_version_for(version), spec,
+                            make(registry.resolve(HOTPATH.live), "cpu"), patched_vllm_holder, "cpu", case_log,
+                            f"patched vLLM {version} vs upstream"))
+    finally:
+        patch.uninstall()
+
+
 @pytest.mark.check("conformance")
 @pytest.mark.needs_vllm
 @pytest.mark.parametrize("fixture", [p for _, p in REPLAYED], ids=[path.stem for path, _ in REPLAYED])

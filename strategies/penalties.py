@@ -204,7 +204,7 @@ class PenaltiesStep:
     contiguous: bool
 
     def on(self, device: torch.device | str):
-        logits = self.logits.to(device)
+        logits = self.logits.to(device, copy=True)  # penalized in place: never the step's own tensor
         if not self.contiguous:  # same values, transposed strides (CUDA takes the torch fallback)
             logits = logits.t().contiguous().t()
         return (logits, self.prompt_tokens.to(device), self.presence.to(device),

@@ -66,6 +66,15 @@ class HotPath:
     def reference(self, vllm_version: str | None = None) -> Callable:
         return resolve(self.references[self.reference_version_for(vllm_version)])
 
+    def fast_for(self, vllm_version: str) -> Callable:
+        """The fast factory checked against the reference that `vllm_version` is checked against
+        (what the plugin installs)."""
+        target = self.reference_version_for(vllm_version)
+        for _, factory, reference_version in self.candidates():
+            if reference_version == target:
+                return factory
+        raise LookupError(f"{self.name} has no fast variant for the vLLM {vllm_version} reference ({target})")
+
     def candidates(self) -> list[tuple[str, Callable, str]]:
         """(name, factory, reference version) for every implementation under test."""
         if self.name in _impl_overrides:
@@ -171,6 +180,7 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.penalties.live:LivePenalties",
         live_kernels="vllm_hotpaths.penalties.live:LiveRepetitionOp",
         bench="vllm_hotpaths.penalties.bench:run",
+        patch="vllm_hotpaths.penalties.patch:install",
     ),
     "think_budget": HotPath(
         name="think_budget",
@@ -182,6 +192,7 @@ HOTPATHS: dict[str, HotPath] = {
               "watermark@0.33.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget033", "0.33.0")},
         live="vllm_hotpaths.think_budget.live:LiveThinkBudget",
         bench="vllm_hotpaths.think_budget.bench:run",
+        patch="vllm_hotpaths.think_budget.patch:install",
         since="0.22.0",  # 0.16 has no thinking budget
     ),
     "swap_states": HotPath(
@@ -207,6 +218,7 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.recovered_tokens.live:LiveRecovery",
         bench="vllm_hotpaths.recovered_tokens.bench:run",
         triton=True,
+        patch="vllm_hotpaths.recovered_tokens.patch:install",
     ),
     "logits_copy": HotPath(
         name="logits_copy",

@@ -32,14 +32,15 @@ def move_directions():
 
 
 def live_batch(max_num_reqs: int, max_model_len: int, vocab_size: int, block_sizes: tuple[int, ...],
-               is_pooling_model: bool = False):
+               is_pooling_model: bool = False, **extra):
+    """`extra`: further InputBatch arguments (num_spec_tokens, reasoning_config, ...)."""
     gib = _modules()[0]
     blocks = [-(-max_model_len // b) for b in block_sizes]
     offered = dict(max_num_reqs=max_num_reqs, max_model_len=max_model_len,
                    max_num_batched_tokens=max(max_model_len, 256), device=torch.device("cpu"),
                    pin_memory=False, vocab_size=vocab_size, block_sizes=list(block_sizes),
                    kernel_block_sizes=list(block_sizes), max_num_blocks_per_req=blocks,
-                   is_pooling_model=is_pooling_model)
+                   is_pooling_model=is_pooling_model, **extra)
     accepted = inspect.signature(gib.InputBatch).parameters  # 0.33 dropped pin_memory and kernel sizes
     return gib.InputBatch(**{k: v for k, v in offered.items() if k in accepted})
 

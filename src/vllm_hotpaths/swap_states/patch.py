@@ -16,16 +16,6 @@ INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
 UPSTREAM: dict[str, object] = {}  # the replaced methods, for the properties' unpatched side
 
 
-def implementation(version: str):
-    """The fast factory checked against the reference that `version` is checked against."""
-    hotpath = registry.get("swap_states")
-    target = hotpath.reference_version_for(version)
-    for _, factory, reference_version in hotpath.candidates():
-        if reference_version == target:
-            return factory
-    raise LookupError(f"swap_states has no fast variant for the vLLM {version} reference ({target})")
-
-
 def install() -> list[str]:
     version = vllm_env.installed_version()
     module = vllm_env.import_vllm(INPUT_BATCH)
@@ -34,7 +24,7 @@ def install() -> list[str]:
         return ["InputBatch.swap_states", "InputBatch.condense"]
     from vllm.v1.sample.logits_processor import MoveDirectionality
 
-    fast = implementation(version)(MoveDirectionality)
+    fast = registry.get("swap_states").fast_for(version)(MoveDirectionality)
     upstream_swap, upstream_condense = batch_class.swap_states, batch_class.condense
 
     def swap_states(self, i1: int, i2: int) -> None:

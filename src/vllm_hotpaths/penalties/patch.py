@@ -1,0 +1,81 @@
+"""Installs the incremental output-token tensor into vLLM's v1 penalties.
+
+Two replacements:
+- `InputBatch.add_request` first turns the request's output list into a `TrackedTokenList` (the
+  same object stays shared by the request state, which the model runner appends to, and by the
+  batch row), so the fast builder can update each staging row from its change mark;
+- `apply_all_penalties`, as the v1 sampler and the rejection sampler call it, builds the padded
+  output-token tensor with `IncrementalPenalties.output_tokens` and then runs upstream's own
+  `apply_penalties` (vLLM's arithmetic, its compiled repetition op included) on it. Each caller
+  keeps its own staging rows (the rejection sampler's rows are outputs combined with drafts).
+
+Rows it cannot vouch for are rebuilt from the list, as upstream does (plain lists, lists seen
+twice); a step with an id outside [-1, V] goes to upstream's function as a whole.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from vllm_hotpaths import vllm_env
+from vllm_hotpaths.penalties.fast import IncrementalPenalties
+from vllm_hotpaths.penalties.reference import InvalidTokenId
+from vllm_hotpaths.tracked_list import TrackedTokenList
+
+PENALTIES = "vllm.v1.sample.ops.penalties"
+CALLERS = ("vllm.v1.sample.sampler", "vllm.v1.sample.rejection_sampler")  # import it by name
+INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
+UPSTREAM: dict[str, object] = {}  # the replaced functions, for the properties' unpatched side
+REPLACED = ["InputBatch.add_request", "apply_all_penalties"]
+
+
+def incremental_apply_all_penalties(upstream):
+    """An `apply_all_penalties` with its own staging rows (one builder per vocabulary and device)."""
+    penalties = vllm_env.import_vllm(PENALTIES)
+    builders: dict[tuple, IncrementalPenalties] = {}
+
+    @functools.wraps(upstream)
+    def apply_all_penalties(logits, prompt_token_ids, presence_penalties, frequency_penalties,
+                            repetition_penalties, output_token_ids):
+        key = (logits.shape[-1], logits.device)
+        builder = builders.get(key)
+        if builder is None:
+            builder = builders[key] = IncrementalPenalties(*key)
+        try:
+            output_tokens = builder.output_tokens(output_token_ids)
+        except InvalidTokenId:  # the builder refuses before changing its rows
+            return upstream(logits, prompt_token_ids, presence_penalties, frequency_penalties,
+                            repetition_penalties, output_token_ids)
+        return penalties.apply_penalties(logits, prompt_token_ids, output_tokens, presence_penalties,
+                                         frequency_penalties, repetition_penalties)
+
+    return apply_all_penalties
+
+
+def install() -> list[str]:
+    if UPSTREAM:
+        return REPLACED
+    upstream = vllm_env.import_vllm(PENALTIES).apply_all_penalties
+    batch_class = vllm_env.import_vllm(INPUT_BATCH).InputBatch
+    upstream_add = batch_class.add_request
+
+    @functools.wraps(upstream_add)
+    def add_request(self, request, *args, **kwargs):
+        if type(request.output_token_ids) is list:
+            request.output_token_ids = TrackedTokenList(request.output_token_ids)
+        return upstream_add(self, request, *args, **kwargs)
+
+    UPSTREAM.update(apply_all_penalties=upstream, add_request=upstream_add)
+    batch_class.add_request = add_request
+    for name in CALLERS:
+        vllm_env.import_vllm(name).apply_all_penalties = incremental_apply_all_penalties(upstream)
+    return REPLACED
+
+
+def uninstall() -> None:
+    """Put upstream's functions back (the properties patch one test at a time)."""
+    if UPSTREAM:
+        vllm_env.import_vllm(INPUT_BATCH).InputBatch.add_request = UPSTREAM.pop("add_request")
+        upstream = UPSTREAM.pop("apply_all_penalties")
+        for name in CALLERS:
+            vllm_env.import_vllm(name).apply_all_penalties = upstream
