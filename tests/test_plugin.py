@@ -1,30 +1,46 @@
 """The vLLM plugin, loaded the way vLLM loads it (`vllm.plugins.load_general_plugins`), in a
 fresh process each time: installed only for validated versions, selected by VLLM_HOTPATHS,
-harmless twice. (Each patch's equivalence with upstream is a property: `test_patched_vllm_samples_like_upstream`
-in properties/test_logits_copy.py, `test_patched_vllm_matches_upstream` in
-properties/test_swap_states.py.)"""
+harmless twice, and in place inside a real `InputBatch`. (Each patch's equivalence with upstream
+is a property named `test_patched_vllm_*` in its hot path's properties file.)"""
 
 import json
 
 import pytest
 
-from vllm_hotpaths import vllm_env
+from vllm_hotpaths import registry, vllm_env
 
 pytestmark = pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+PATCHED = [name for name, hotpath in registry.HOTPATHS.items() if hotpath.patch]
 
 LOAD = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(levelname)s %(message)s")
+from types import SimpleNamespace
 from vllm_hotpaths import vllm_env
-sampler = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler").Sampler
 batch = vllm_env.import_vllm("vllm.v1.worker.gpu_input_batch").InputBatch
-before, batch_before = sampler.sample, batch.swap_states
+targets = {  # hot path -> what its patch replaces
+    "logits_copy": (vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler").Sampler, "sample"),
+    "swap_states": (batch, "swap_states"),
+    "think_budget": (batch, "__init__"),
+    "penalties": (vllm_env.import_vllm("vllm.v1.sample.sampler"), "apply_all_penalties"),
+    "recovered_tokens": (vllm_env.import_vllm("vllm.v1.sample.rejection_sampler"), "sample_recovered_tokens"),
+}
+before = {name: getattr(owner, attr) for name, (owner, attr) in targets.items()}
 from vllm.plugins import load_general_plugins
 load_general_plugins()
 from vllm_hotpaths import plugin
 plugin.register()  # a second load, as a second engine in the process would
-print("PATCHED" if sampler.sample is not before else "UPSTREAM", sampler.sample.__qualname__)
-print("BATCH PATCHED" if batch.swap_states is not batch_before else "BATCH UPSTREAM")
+for name, (owner, attr) in targets.items():
+    print(name, "PATCHED" if getattr(owner, attr) is not before[name] else "UPSTREAM")
+# A real InputBatch with a reasoning config, and one request added as the model runner adds it.
+from vllm_hotpaths.swap_states.live import add, live_batch
+from vllm_hotpaths.swap_states.state import Request
+live = live_batch(4, 32, 64, (16,), reasoning_config=SimpleNamespace(
+    reasoning_start_token_ids=[5], reasoning_end_token_ids=[6]))
+output = [1, 2]
+add(live, Request("r0", [3, 4], output, 2, ([0],)))
+print("holder", type(live.thinking_budget_state_holder).__name__)
+print("output list", type(live.req_output_token_ids[0]).__name__)
 """
 
 
@@ -45,7 +61,7 @@ def test_a_validated_version_is_installed_once(run_cli, tmp_path):
     version = vllm_env.installed_version()
     result = load(run_cli, tmp_path, {"logits_copy": {version: {"profile": "gate"}}})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "PATCHED" in result.stdout, result.stdout
+    assert "logits_copy PATCHED" in result.stdout, result.stdout
     assert result.stdout.count(f"logits_copy installed for vLLM {version}") == 1, result.stdout
 
 
@@ -53,9 +69,10 @@ def test_each_hot_path_is_installed_only_where_validated(run_cli, tmp_path):
     version = vllm_env.installed_version()
     result = load(run_cli, tmp_path, {"swap_states": {version: {"profile": "gate"}}})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "BATCH PATCHED" in result.stdout and "UPSTREAM" in result.stdout, result.stdout
+    assert "swap_states PATCHED" in result.stdout and "logits_copy UPSTREAM" in result.stdout, result.stdout
     assert f"swap_states installed for vLLM {version}" in result.stdout, result.stdout
     assert f"logits_copy is not validated for vLLM {version}" in result.stdout, result.stdout
+    assert "holder ThinkingBudgetStateHolder" in result.stdout and "output list list" in result.stdout
 
 
 def test_a_patch_says_where_upstream_needs_none():
@@ -65,14 +82,36 @@ def test_a_patch_says_where_upstream_needs_none():
     assert "already skips the copy" in get("logits_copy").patch_needed("0.33.0")
     assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.21.0")
     assert get("swap_states").patch_needed("0.33.0") is None
-    assert get("penalties").patch_needed("0.22.0") == "no patch"
+    assert get("penalties").patch_needed("0.22.0") is None
+
+
+def test_every_validated_hot_path_is_installed_into_vllm(run_cli, tmp_path):
+    """All five validated: each replaced function is patched (logits_copy only where upstream
+    still copies), a new InputBatch holds the fast thinking-budget holder, and a request's output
+    list becomes the tracked list the penalties builder follows."""
+    version = vllm_env.installed_version()
+    result = load(run_cli, tmp_path, {name: {version: {"profile": "gate"}} for name in PATCHED})
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in PATCHED:
+        needed = registry.get(name).patch_needed(version) is None
+        assert f"{name} {'PATCHED' if needed else 'UPSTREAM'}" in result.stdout, result.stdout
+    assert "holder FastHolder" in result.stdout, result.stdout
+    assert "output list TrackedTokenList" in result.stdout, result.stdout
+
+
+def test_the_holder_alone_also_tracks_the_output_lists(run_cli, tmp_path):
+    version = vllm_env.installed_version()
+    result = load(run_cli, tmp_path, {"think_budget": {version: {"profile": "gate"}}})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "think_budget PATCHED" in result.stdout and "penalties UPSTREAM" in result.stdout, result.stdout
+    assert "holder FastHolder" in result.stdout and "output list TrackedTokenList" in result.stdout
 
 
 def test_an_unvalidated_version_is_refused_with_the_gate_command(run_cli, tmp_path):
     version = vllm_env.installed_version()
     result = load(run_cli, tmp_path, {"logits_copy": {"0.0.1": {"profile": "gate"}}})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "UPSTREAM" in result.stdout, result.stdout
+    assert "logits_copy UPSTREAM" in result.stdout, result.stdout
     assert f"not validated for vLLM {version}" in result.stdout, result.stdout
     assert f"vllm-hotpaths gate --vllm {version} --hotpath logits_copy --record" in result.stdout
 
@@ -82,6 +121,7 @@ def test_vllm_hotpaths_off_installs_nothing(run_cli, tmp_path):
     result = load(run_cli, tmp_path, {"logits_copy": {version: {}}}, VLLM_HOTPATHS="off")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "PATCHED" not in result.stdout and "installed" not in result.stdout, result.stdout
+    assert "holder ThinkingBudgetStateHolder" in result.stdout and "output list list" in result.stdout
 
 
 def test_an_unknown_hot_path_is_named(run_cli, tmp_path):

@@ -1,9 +1,8 @@
 """Installs the incremental output-token tensor into vLLM's v1 penalties.
 
 Two replacements:
-- `InputBatch.add_request` first turns the request's output list into a `TrackedTokenList` (the
-  same object stays shared by the request state, which the model runner appends to, and by the
-  batch row), so the fast builder can update each staging row from its change mark;
+- `InputBatch.add_request` first turns the request's output list into a `TrackedTokenList`
+  (`tracked_outputs`), so the fast builder can update each staging row from its change mark;
 - `apply_all_penalties`, as the v1 sampler and the rejection sampler call it, builds the padded
   output-token tensor with `IncrementalPenalties.output_tokens` and then runs upstream's own
   `apply_penalties` (vLLM's arithmetic, its compiled repetition op included) on it. Each caller
@@ -17,14 +16,12 @@ from __future__ import annotations
 
 import functools
 
-from vllm_hotpaths import vllm_env
+from vllm_hotpaths import tracked_outputs, vllm_env
 from vllm_hotpaths.penalties.fast import IncrementalPenalties
 from vllm_hotpaths.penalties.reference import InvalidTokenId
-from vllm_hotpaths.tracked_list import TrackedTokenList
 
 PENALTIES = "vllm.v1.sample.ops.penalties"
 CALLERS = ("vllm.v1.sample.sampler", "vllm.v1.sample.rejection_sampler")  # import it by name
-INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
 UPSTREAM: dict[str, object] = {}  # the replaced functions, for the properties' unpatched side
 REPLACED = ["InputBatch.add_request", "apply_all_penalties"]
 
@@ -56,17 +53,8 @@ def install() -> list[str]:
     if UPSTREAM:
         return REPLACED
     upstream = vllm_env.import_vllm(PENALTIES).apply_all_penalties
-    batch_class = vllm_env.import_vllm(INPUT_BATCH).InputBatch
-    upstream_add = batch_class.add_request
-
-    @functools.wraps(upstream_add)
-    def add_request(self, request, *args, **kwargs):
-        if type(request.output_token_ids) is list:
-            request.output_token_ids = TrackedTokenList(request.output_token_ids)
-        return upstream_add(self, request, *args, **kwargs)
-
-    UPSTREAM.update(apply_all_penalties=upstream, add_request=upstream_add)
-    batch_class.add_request = add_request
+    tracked_outputs.install("penalties")
+    UPSTREAM["apply_all_penalties"] = upstream
     for name in CALLERS:
         vllm_env.import_vllm(name).apply_all_penalties = incremental_apply_all_penalties(upstream)
     return REPLACED
@@ -75,7 +63,7 @@ def install() -> list[str]:
 def uninstall() -> None:
     """Put upstream's functions back (the properties patch one test at a time)."""
     if UPSTREAM:
-        vllm_env.import_vllm(INPUT_BATCH).InputBatch.add_request = UPSTREAM.pop("add_request")
+        tracked_outputs.uninstall("penalties")
         upstream = UPSTREAM.pop("apply_all_penalties")
         for name in CALLERS:
             vllm_env.import_vllm(name).apply_all_penalties = upstream

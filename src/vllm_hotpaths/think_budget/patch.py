@@ -5,8 +5,10 @@ when the engine has a reasoning config) is replaced by `FastHolder`: the same AP
 `update_state`, `apply_to_logits`, `has_tracked_requests`, the marker lists) over the watermark
 variant whose reference the installed vLLM is checked against (0.22.x: `watermark@0.22.0`,
 0.33.x: `watermark@0.33.0`). The fast holder takes vLLM's `BatchUpdate`, `SamplingParams` and
-`MoveDirectionality` as they are. A reasoning config the fast holder refuses (a marker id outside
-the vocabulary) keeps upstream's holder for that batch.
+`MoveDirectionality` as they are, and `InputBatch.add_request` makes each request's output list a
+`TrackedTokenList` (`tracked_outputs`), which the holder reads in O(1) instead of comparing. A
+reasoning config the fast holder refuses (a marker id outside the vocabulary) keeps upstream's
+holder for that batch.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 import functools
 import logging
 
-from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths import registry, tracked_outputs, vllm_env
 from vllm_hotpaths.think_budget import InvalidThinkConfig, ThinkConfig
 
 INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
 UPSTREAM: dict[str, object] = {}  # the replaced method, for the properties' unpatched side
+REPLACED = ["InputBatch.thinking_budget_state_holder", "InputBatch.add_request"]
 logger = logging.getLogger("vllm.vllm_hotpaths")
 
 
@@ -68,7 +71,7 @@ def install() -> list[str]:
     version = vllm_env.installed_version()
     batch_class = vllm_env.import_vllm(INPUT_BATCH).InputBatch
     if UPSTREAM:
-        return ["InputBatch.thinking_budget_state_holder"]
+        return REPLACED
     upstream_init = batch_class.__init__
 
     @functools.wraps(upstream_init)  # keeps the signature callers inspect
@@ -80,10 +83,12 @@ def install() -> list[str]:
 
     UPSTREAM["__init__"] = upstream_init
     batch_class.__init__ = __init__
-    return ["InputBatch.thinking_budget_state_holder"]
+    tracked_outputs.install("think_budget")
+    return REPLACED
 
 
 def uninstall() -> None:
     """Put upstream's constructor back (the properties patch one test at a time)."""
     if UPSTREAM:
         vllm_env.import_vllm(INPUT_BATCH).InputBatch.__init__ = UPSTREAM.pop("__init__")
+        tracked_outputs.uninstall("think_budget")
