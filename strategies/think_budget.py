@@ -439,6 +439,15 @@ class BadConfig:
         return ThinkConfig(self.start_ids, self.end_ids, self.vocab_size, max_num_seqs=2)
 
 
+def takes_budgets(version: str, program: "ThinkProgram") -> bool:
+    """Whether the version's SamplingParams takes every budget the program adds (0.22 takes any
+    integer; 0.33 only None, -1 and >= 0): a program written on one version may not be replayable
+    against the other's vLLM, whose refusal `test_vllm_rejects_what_the_reference_rejects` checks."""
+    if version_key(version) < version_key("0.33.0"):
+        return True
+    return all(op[3] is None or op[3] >= -1 for op in program.ops if op[0] == "add")
+
+
 def invalid_budgets(version: str) -> st.SearchStrategy:
     """What the version refuses: 0.22 takes every integer; 0.33 takes -1 (unlimited) and >= 0."""
     wrong_type = st.one_of(st.booleans(), st.sampled_from((0.0, 2.5, -1.0, 1e9)))

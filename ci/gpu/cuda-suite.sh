@@ -3,7 +3,7 @@
 # vLLM install: the gate on cpu + cuda (--require-cuda; conformance needs vLLM and is skipped;
 # Triton hot paths' CPU cases run in a second, interpreted process), then the benchmarks on
 # cpu + cuda. Reports, benchmark JSON/PNG and any new fixture land in $OUT.
-# With VLLM_HOTPATHS_VLLM_C naming vLLM's compiled _C.abi3.so (ci/gpu/stage-vllm-ops.sh), the
+# With VLLM_HOTPATHS_VLLM_C naming vLLM's compiled _C.abi3.so (ci/gpu/stage-vllm.sh sets it), the
 # reference's CUDA arithmetic is also checked against vLLM's own CUDA op.
 #   PROFILE  Hypothesis profile for the gate (default gate)
 #   WORKERS  pytest-xdist workers for the gate (default 4)
