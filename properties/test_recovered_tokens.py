@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from properties import drift
@@ -55,6 +55,32 @@ def test_candidate_matches_reference_at_real_vocab_sizes(case, candidate, device
     """Production tiles: vocabularies 8191, 8192, 8193, ..., 151,936."""
     case_log.record(case)
     check_candidate(case, candidate, device)
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.devices("cuda")
+@settings(max_examples=3)  # each example compiles the kernels afresh
+@given(case=recovery_cases())
+def test_candidate_compiles_under_a_compile_hook(case, candidate, device, case_log):
+    """vLLM registers a Triton post-compile hook, and Triton 3.6 then serializes every constexpr
+    argument of a kernel it compiles: the candidate must compile (and agree) under one. (Jit
+    functions passed as constexpr arguments crashed there with "JITFunction is not JSON
+    serializable".)"""
+    from triton import knobs
+
+    from vllm_hotpaths.recovered_tokens import fast
+
+    assume(sum(case.draft_counts) > 0)  # no draft token: no kernel is launched
+    case_log.record(case)
+    compiled = []
+    previous = knobs.runtime.jit_post_compile_hook
+    knobs.runtime.jit_post_compile_hook = lambda *args, **kwargs: compiled.append(kwargs)
+    fast._kernels.clear()  # fresh kernels: the hook runs only when a kernel is compiled
+    try:
+        check_candidate(case, candidate, device)
+    finally:
+        knobs.runtime.jit_post_compile_hook = previous
+    assert compiled, "no kernel was compiled under the hook: the property checked nothing"
 
 
 @pytest.mark.check("equivalence")

@@ -1,4 +1,4 @@
-"""Command line: `vllm-hotpaths gate` and `vllm-hotpaths bench`."""
+"""Command line: `vllm-hotpaths gate`, `vllm-hotpaths bench` and `vllm-hotpaths e2e`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from vllm_hotpaths import e2e as e2e_module
 from vllm_hotpaths import registry
 
 
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", help="write the records as JSON")
     bench.add_argument("--plot", help="write a PNG of cost against size")
     bench.set_defaults(func=_bench)
+    e2e = sub.add_parser("e2e", help="the same batches through a real vLLM engine with and without the plugin (GPU)")
+    e2e_module.add_arguments(e2e)  # the options live next to the code that reads them
+    e2e.set_defaults(func=e2e_module.run)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -51,6 +51,11 @@ def selected() -> list[str]:
     return names
 
 
+def installed() -> dict[str, list[str]]:
+    """Hot path -> what its patch replaced (empty: validated, but left to upstream)."""
+    return dict(_installed)
+
+
 def register() -> dict[str, list[str]]:
     """Install every selected hot path validated for the running vLLM; returns what is installed."""
     version = vllm_env.installed_version()

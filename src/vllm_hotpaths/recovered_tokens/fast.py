@@ -18,6 +18,8 @@ with the same Triton division as the reference; `SplitVocabReciprocal` scores
 
 from __future__ import annotations
 
+import types
+
 import torch
 import triton
 import triton.language as tl
@@ -44,12 +46,12 @@ def times_reciprocal(residual, q):
     return residual * tl.math.div_rn(1.0, q)
 
 
-@triton.jit
-def _slice_kernel(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr,
-                  target_ptr, q_ptr, vocab_size, lanes_per_program, num_slices, BLOCK: tl.constexpr,
-                  SLICES: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr, SCORE: tl.constexpr,
-                  CONTESTANTS: tl.constexpr, SLICE_BEST: tl.constexpr, PICK: tl.constexpr,
-                  WIDE: tl.constexpr, INTERPRETED_LANES: tl.constexpr):
+def _slice_program(out_ptr, best_ptr, best_id_ptr, arrived_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr,
+                   target_ptr, q_ptr, vocab_size, lanes_per_program, num_slices, BLOCK: tl.constexpr,
+                   SLICES: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr, WIDE: tl.constexpr,
+                   INTERPRETED_LANES: tl.constexpr):
+    """One program per (request, draft position, vocabulary slice). SCORE, CONTESTANTS, SLICE_BEST
+    and PICK are the variant's functions, bound as globals by `slice_kernel`."""
     req = tl.program_id(0)
     pos = tl.program_id(1)
     piece = tl.program_id(2)
@@ -110,6 +112,23 @@ def pick_first_best(out_ptr, best_ptr, best_id_ptr, token, base, num_slices, SLI
 
 
 
+_kernels: dict[type, object] = {}
+
+
+def slice_kernel(kind: type):
+    """`_slice_program` compiled with `kind`'s score, contestants, slice best and pick bound as
+    globals. (Passed as constexpr arguments instead, jit functions crash Triton 3.6 whenever a
+    compile hook is registered, as vLLM registers one: it cannot serialize them.)"""
+    kernel = _kernels.get(kind)
+    if kernel is None:
+        scope = dict(globals(), SCORE=kind.score, CONTESTANTS=kind.contestants, SLICE_BEST=kind.slice_best,
+                     PICK=kind.pick)
+        program = types.FunctionType(_slice_program.__code__, scope)
+        program.__annotations__ = _slice_program.__annotations__  # which parameters are constexpr
+        kernel = _kernels[kind] = triton.jit(program)
+    return kernel
+
+
 _arrivals: dict[tuple, torch.Tensor] = {}
 
 
@@ -163,12 +182,10 @@ class SplitVocabDivision:
         best = torch.empty((num_tokens, slices), dtype=torch.float32, device=target_probs.device)
         best_id = torch.empty((num_tokens, slices), dtype=torch.int32, device=target_probs.device)
         arrived = _arrival_counters(target_probs.device, num_tokens)
-        kind = type(self)
-        _slice_kernel[(len(num_draft_tokens), max_spec_len, slices)](
+        slice_kernel(type(self))[(len(num_draft_tokens), max_spec_len, slices)](
             out, best, best_id, arrived, cu_num_draft_tokens, draft_token_ids,
             draft_pointer(draft_probs, target_probs), target_probs, q, vocab, lanes, slices,
             BLOCK=block, SLICES=triton.next_power_of_2(slices), NO_DRAFT_PROBS=draft_probs is None,
-            SCORE=kind.score, CONTESTANTS=kind.contestants, SLICE_BEST=kind.slice_best, PICK=kind.pick,
             WIDE=max(num_tokens * max(vocab, slices), q.numel()) >= 2 ** 31,
             INTERPRETED_LANES=interpreted_bound(target_probs, lanes), num_warps=NUM_WARPS)
         return out

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Staging for a GPU machine that has CUDA torch (2.11) and Python 3.12 but no vLLM and no package
+# registry: vLLM's Python files, its two compiled libraries, the Python 3.12 wheels vLLM imports
+# that such a machine lacks, and this package's own wheel (its `vllm.general_plugins` entry point)
+# travel in carry/ and are unpacked there into one site folder. A user with a normal vLLM install
+# on a GPU runner needs none of this: `vllm-hotpaths e2e` runs as it is.
+#
+#   here:              bash ci/gpu/stage-vllm.sh pack [VERSION]
+#                      -> carry/vllm-stage-1, carry/vllm-stage-2 (each under one transfer's limit)
+#   there, each call:  bash ci/gpu/stage-vllm.sh keep      (carried parts are kept in /tmp/vllm-stage)
+#   there, last call:  eval "$(bash ci/gpu/stage-vllm.sh install)"   (joins, checks, unpacks; sets
+#                      PYTHONPATH and VLLM_HOTPATHS_VLLM_C, the compiled ops for the penalties
+#                      CUDA conformance property)
+# The machine keeps /tmp only while it stays warm, so the calls must follow each other at once.
+#
+# Two changes to vLLM's files, both for what is not carried: the flash-attention libraries (340 MB)
+# stay behind, so `vllm/vllm_flash_attn/__init__.py` does not raise when they are missing (the
+# engine runs with the Triton attention backend), and `third_party/deep_gemm` is left out.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+keep=/tmp/vllm-stage
+# vLLM 0.22.0's import-time needs that the GPU image lacks, for Python 3.12 (one version each).
+WHEELS=(pydantic==2.14.3 pydantic-core==2.50.4 annotated-types typing-inspection pyzmq gguf msgspec
+        cbor2 cachetools openai==3.54.0 openai-harmony jiter distro pybase64 sniffio httpx2==2.16.2
+        httpcore2==2.16.2 truststore idna llguidance==1.7.6 xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
+        fastapi==0.121.3 starlette==0.50.0 annotated-doc partial-json-parser setproctitle blake3
+        python-multipart lark==1.2.2 diskcache==5.6.3)
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+           --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64
+           --platform manylinux_2_24_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64)
+
+pack() {
+  local version=${1:-0.22.0} cache=${STAGE_CACHE:-/tmp/vllm-stage-cache} work
+  work=$(mktemp -d)
+  mkdir -p "$cache/wheels"
+  ls "$cache"/vllm-"$version"-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps "vllm==$version" -d "$cache"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${PLATFORMS[@]}" -d "$cache/wheels" "${WHEELS[@]}"
+  python3 -m pip wheel -q --no-deps . -w "$work/wheels"
+  cp "$cache"/wheels/*.whl "$work/wheels/"
+  unzip -q "$cache"/vllm-"$version"-*.whl -d "$work/site" -x 'vllm/third_party/deep_gemm/*' \
+    'vllm/vllm_flash_attn/*.so' 'vllm/_moe_C.abi3.so' 'vllm/_flashmla_C.abi3.so' 'vllm/vllm-rs' '*/RECORD'
+  sed -i 's/^    raise ImportError($/    _missing = (/' "$work/site/vllm/vllm_flash_attn/__init__.py"
+  (cd "$work" && tar -cf wheels.tar wheels)
+  (cd "$work/site" && tar -cJf ../py.tar.xz --exclude='*.so' .)
+  (cd "$work/site" && find . -name '*.so' | tar -cf - -T - | xz -9 -T0 > ../so.tar.xz)
+  rm -rf carry/vllm-stage-*
+  mkdir -p carry/vllm-stage-1 carry/vllm-stage-2
+  mv "$work/wheels.tar" "$work/py.tar.xz" carry/vllm-stage-1/
+  (cd "$work" && sha256sum so.tar.xz | cut -d' ' -f1) > carry/vllm-stage-1/so.tar.xz.sha256
+  split -b 30m -d "$work/so.tar.xz" "$work/so.tar.xz.part-"
+  mv "$work/so.tar.xz.part-00" carry/vllm-stage-1/
+  mv "$work"/so.tar.xz.part-* carry/vllm-stage-2/
+  rm -rf "$work"
+  du -sh carry/vllm-stage-*
+}
+
+case "${1:-}" in
+  pack) pack "${2:-}" ;;
+  keep)
+    mkdir -p "$keep"
+    cp carry/vllm-stage-*/* "$keep"/
+    ls -la "$keep" >&2
+    ;;
+  install)
+    cd "$keep"
+    if [ ! -f site/.installed ]; then  # once per machine
+      cat so.tar.xz.part-* > so.tar.xz
+      echo "$(cat so.tar.xz.sha256)  so.tar.xz" | sha256sum -c --quiet >&2
+      mkdir -p site && tar -xJf py.tar.xz -C site && xz -dc so.tar.xz | tar -xf - -C site
+      tar -xf wheels.tar
+      python3 -m pip install -q --no-index --no-deps --no-compile --target site wheels/*.whl >&2
+      touch site/.installed
+    fi
+    echo "export PYTHONPATH=$PWD/site\${PYTHONPATH:+:\$PYTHONPATH} VLLM_HOTPATHS_VLLM_C=$PWD/site/vllm/_C.abi3.so"
+    ;;
+  *)
+    echo "usage: $0 pack [VERSION] | keep | install" >&2
+    exit 2
+    ;;
+esac

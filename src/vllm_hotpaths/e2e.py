@@ -1,0 +1,362 @@
+"""End to end: the plugin inside a real vLLM engine (`vllm-hotpaths e2e`, GPU only).
+
+The same batches run through an offline `vllm.LLM` twice, in fresh processes: once with the
+plugin switched off (`VLLM_HOTPATHS=off`: vLLM as upstream ships it) and once with it on. Every
+request's generated ids must be identical between the two; the timed batches also give decode
+throughput side by side. Two engines per side:
+- `plain`: greedy, seeded random and penalized (presence, frequency, repetition) batches for
+  equality, then the timed batches: B requests at each generated length, without penalties and
+  with presence_penalty 1.5 (unseeded temperature 1.0: vLLM's global stream, seeded per engine);
+- `reasoning`: a reasoning config with start/end marker ids and requests with thinking budgets
+  (prompts that end inside a think block, so the budget forces the end marker);
+- `speculative`: ngram speculative decoding over periodic prompts, greedy and seeded random
+  requests with and without presence penalty, so the rejection sampler runs (its penalties and
+  its recovered-token sampling).
+Equality requests stop at different lengths, so rows leave the batch and it condenses.
+
+Without `--model`, a Qwen2 configuration with random (dummy) weights is written: vocabulary
+151,936, 2 layers, so the sampler's share of a step is large. Prompts are token ids (no tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DUMMY_VOCAB = 151_936
+PROMPT_LEN = 16
+DUMMY_MARKERS = ((151_650,), (151_651, 151_652))  # think start / end ids at the vocabulary's top
+SIDES = ("upstream", "plugin")
+ENGINES = ("plain", "reasoning", "speculative")
+SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+# (presence, frequency, repetition): each alone, then together (an odd count, so each mix meets
+# both greedy and seeded requests)
+PENALTY_MIXES = ((1.5, 0.0, 1.0), (0.0, 1.0, 1.0), (0.0, 0.0, 1.2), (0.0, 0.0, 0.8), (0.5, 0.3, 1.2),
+                 (1.5, 1.0, 0.8), (0.5, 0.3, 1.0))
+
+
+@dataclass
+class Batch:
+    name: str
+    prompts: list[list[int]]
+    params: list[dict]  # SamplingParams keyword arguments, one per request
+    timed: bool = False
+
+
+def write_dummy_model(folder: Path, vocab_size: int = DUMMY_VOCAB) -> Path:
+    from transformers import Qwen2Config
+
+    Qwen2Config(vocab_size=vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2,
+                architectures=["Qwen2ForCausalLM"]).save_pretrained(folder)
+    return folder
+
+
+def prompts(rng: np.random.Generator, count: int, below: int, suffix: tuple = ()) -> list[list[int]]:
+    """`count` prompts of random ids in [0, below), each followed by `suffix`."""
+    return [rng.integers(0, below, PROMPT_LEN).tolist() + list(suffix) for _ in range(count)]
+
+
+def lengths_for(requests: int, tokens: int) -> list[int]:
+    """Generated lengths from `tokens` down to a quarter of it: rows finish at different steps."""
+    return [max(1, tokens - (i % 4) * (tokens // 4)) for i in range(requests)]
+
+
+def plain_batches(below: int, requests: int, tokens: int, batch: int, lengths: list[int]) -> list[Batch]:
+    """Equality batches (greedy, seeded random, penalized), then the timed ones; ids in [0, below)."""
+    rng = np.random.default_rng(0)
+    base = [dict(max_tokens=n, ignore_eos=True) for n in lengths_for(requests, tokens)]
+    penalized = []
+    for i in range(requests):  # each penalty alone, then mixed; greedy and seeded alternate
+        presence, frequency, repetition = PENALTY_MIXES[i % len(PENALTY_MIXES)]
+        penalized.append(dict(base[i], presence_penalty=presence, frequency_penalty=frequency,
+                              repetition_penalty=repetition, temperature=0.0 if i % 2 else 1.0,
+                              seed=None if i % 2 else 1000 + i))
+    out = [Batch("greedy", prompts(rng, requests, below), [dict(b, temperature=0.0) for b in base]),
+           Batch("seeded random", prompts(rng, requests, below),
+                 [dict(b, temperature=1.0, seed=1000 + i, top_k=(0, 50)[i % 2]) for i, b in enumerate(base)]),
+           Batch("penalties", prompts(rng, requests, below), penalized)]
+    for length in lengths:
+        timed = prompts(rng, batch, below)
+        for name, extra in (("no penalty", {}), ("presence 1.5", {"presence_penalty": 1.5})):
+            params = [dict(max_tokens=length, ignore_eos=True, temperature=1.0, **extra)] * batch
+            out.append(Batch(f"{name} @{length}", timed, params, timed=True))
+    return out
+
+
+def reasoning_batches(markers: tuple, requests: int, tokens: int) -> list[Batch]:
+    """Prompts of ids below every marker id; most end with the start marker (inside a think block)."""
+    rng = np.random.default_rng(1)
+    budgets = (0, 1, 3, 10, 40, None, -1)
+    params, shaped = [], []
+    below = min(markers[0] + markers[1])
+    thinking = prompts(rng, requests, below, markers[0])
+    plain = prompts(rng, requests, below)
+    for i, length in enumerate(lengths_for(requests, tokens)):
+        params.append(dict(max_tokens=length, ignore_eos=True, thinking_token_budget=budgets[i % len(budgets)],
+                           temperature=0.0 if i % 2 else 1.0, seed=None if i % 2 else 2000 + i,
+                           presence_penalty=(0.0, 1.5)[i // 2 % 2]))
+        shaped.append(thinking[i] if i % 4 else plain[i])  # every fourth starts outside a think block
+    return [Batch("thinking budget", shaped, params)]
+
+
+def speculative_batches(below: int, requests: int, tokens: int) -> list[Batch]:
+    """Prompts repeating a 4-token pattern, so ngram lookup proposes drafts from the first step
+    (and greedy rows, which loop on dummy weights, keep proposing); seeded random rows make the
+    batch not all-greedy, so recovered tokens are sampled."""
+    rng = np.random.default_rng(2)
+    shaped = [(rng.integers(0, below, 4).tolist() * PROMPT_LEN)[:PROMPT_LEN] for _ in range(requests)]
+    params = [dict(max_tokens=n, ignore_eos=True, temperature=0.0 if i % 2 else 1.0,
+                   seed=None if i % 2 else 3000 + i, presence_penalty=(0.0, 1.5)[i // 2 % 2])
+              for i, n in enumerate(lengths_for(requests, tokens))]
+    return [Batch("speculative", shaped, params)]
+
+
+def forced_ends(batch: Batch, outputs: list[list[int]], markers: tuple) -> int:
+    """Requests in a think block whose output has the end marker right where the budget ends."""
+    start, end = map(tuple, markers)
+    hits = 0
+    for prompt, params, ids in zip(batch.prompts, batch.params, outputs):
+        budget = params.get("thinking_token_budget")
+        if budget is not None and budget >= 0 and tuple(prompt[-len(start):]) == start:
+            hits += tuple(ids[budget:budget + len(end)]) == end
+    return hits
+
+
+# -- one engine in this process ---------------------------------------------------------------
+def run_engine(spec: dict) -> dict:
+    import torch
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    kwargs = dict(spec["engine"])
+    if spec.get("think_markers"):
+        from vllm.config import ReasoningConfig
+
+        config = ReasoningConfig()  # ids set directly: without a tokenizer nothing can encode markers
+        config._reasoning_start_token_ids, config._reasoning_end_token_ids = map(list, spec["think_markers"])
+        kwargs["reasoning_config"] = config
+    if spec.get("speculative"):  # counters of proposed and accepted draft tokens need stats on
+        kwargs.update(speculative_config=SPECULATIVE, disable_log_stats=False)
+    llm = LLM(**kwargs)
+    from vllm_hotpaths import plugin
+
+    result = {"vllm": vllm.__version__, "device": torch.cuda.get_device_name(), "patched": plugin.installed(),
+              "batches": {}}
+    # Warm-up at the largest batch size, with and without penalties: kernels compiled for new
+    # shapes or flags would otherwise count against the first timed batch.
+    width = max(len(batch["prompts"]) for batch in spec["batches"])
+    for extra in ({}, {"presence_penalty": 1.5}):
+        llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3, 4])] * width,
+                     SamplingParams(max_tokens=32, ignore_eos=True, temperature=1.0, **extra), use_tqdm=False)
+    drafts_before = draft_counts(llm) if spec.get("speculative") else None
+    for batch in spec["batches"]:
+        requests = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
+        params = [SamplingParams(**p) for p in batch["params"]]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        outputs = llm.generate(requests, params, use_tqdm=False)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        result["batches"][batch["name"]] = {"seconds": seconds,
+                                            "ids": [list(o.outputs[0].token_ids) for o in outputs]}
+    if drafts_before is not None:
+        result["drafts"] = [None if None in pair else pair[1] - pair[0] for pair in zip(drafts_before, draft_counts(llm))]
+    return result
+
+
+def draft_counts(llm) -> list[int | None]:
+    """vLLM's counters of proposed and accepted draft tokens (None where it has no such counter)."""
+    counters = {m.name: getattr(m, "value", None) for m in llm.get_metrics()}
+    return [counters.get(f"vllm:spec_decode_num_{kind}_tokens") for kind in ("draft", "accepted")]
+
+
+def in_subprocess(spec: dict, side: str, hotpaths: str, timeout: float) -> dict:
+    """One engine's results, from a fresh process: the plugin off (upstream) or as `hotpaths` selects."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
+        spec_path.write_text(json.dumps(spec))
+        env = dict(os.environ, VLLM_HOTPATHS="off" if side == "upstream" else hotpaths,
+                   VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_USE_FLASHINFER_SAMPLER="0")
+        print(f"e2e: {spec['label']} engine, {side} ...", flush=True)
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([sys.executable, "-m", "vllm_hotpaths.e2e", "--engine-spec", str(spec_path),
+                                   "--engine-result", str(out_path)], env=env, timeout=timeout,
+                                  capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"e2e: the {spec['label']} engine ({side}) ran past {timeout:.0f} s")
+        if done.returncode != 0:
+            raise SystemExit(f"e2e: the {spec['label']} engine ({side}) failed (exit {done.returncode}):\n"
+                             f"{done.stderr[-4000:]}")
+        print(f"e2e: {spec['label']} engine, {side}: {time.perf_counter() - start:.0f} s", flush=True)
+        return json.loads(out_path.read_text())
+
+
+# -- comparison and report --------------------------------------------------------------------
+def first_difference(a: list[list[int]], b: list[list[int]]) -> str | None:
+    if len(a) != len(b):
+        return f"{len(a)} requests vs {len(b)}"
+    for request, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            return f"request {request}, token {at}: {x[at:at + 3]} vs {y[at:at + 3]} (lengths {len(x)}, {len(y)})"
+    return None
+
+
+def compare(batches: list[Batch], upstream: dict, plugin: dict, markers: tuple) -> list[dict]:
+    """A row per batch: equality of every request's ids, throughput of both sides, and what shows
+    the batch reached its hot path (end markers forced by a budget; draft tokens proposed)."""
+    rows = []
+    for batch in batches:
+        a, b = upstream["batches"][batch.name], plugin["batches"][batch.name]
+        difference = first_difference(a["ids"], b["ids"])
+        tokens = sum(map(len, a["ids"]))
+        row = {"batch": batch.name, "requests": len(batch.prompts), "tokens": tokens, "equal": difference is None,
+               "difference": difference, "timed": batch.timed,
+               "upstream_tok_s": tokens / a["seconds"], "plugin_tok_s": sum(map(len, b["ids"])) / b["seconds"]}
+        if any("thinking_token_budget" in p for p in batch.params):
+            row["forced_ends"] = [forced_ends(batch, a["ids"], markers), forced_ends(batch, b["ids"], markers)]
+        if "drafts" in upstream:
+            row["drafts"] = [upstream["drafts"], plugin["drafts"]]
+        rows.append(row)
+    return rows
+
+
+def report(rows: list[dict], upstream: dict, plugin: dict, lengths: list[int]) -> tuple[str, bool]:
+    """The table and the throughput ratios as text, and whether everything held."""
+    problems = []
+    if not plugin["patched"]:
+        problems.append("the plugin installed nothing (is vllm-hotpaths installed where vLLM finds its "
+                        "plugins, and is this vLLM version in validated.json?)")
+    if upstream["patched"]:
+        problems.append("the upstream side was patched (VLLM_HOTPATHS=off was not honoured)")
+    lines = [f"device: {upstream['device']}   vLLM {upstream['vllm']}",
+             "plugin patched: " + (", ".join(f"{k} ({', '.join(v) or 'left to upstream'})"
+                                             for k, v in plugin["patched"].items()) or "nothing"),
+             "", "| batch | requests | generated tokens | ids with plugin == without | upstream tok/s | plugin tok/s |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        verdict = "equal" if r["equal"] else f"DIFFERENT: {r['difference']}"
+        if not r["equal"]:
+            problems.append(f"{r['batch']}: the plugin changed the generated ids")
+        if "forced_ends" in r:
+            verdict += f" (end marker forced by the budget: {r['forced_ends'][0]} requests)"
+            if not r["forced_ends"][0]:
+                problems.append(f"{r['batch']}: no request had its end marker forced: the budget was not exercised")
+        if "drafts" in r:
+            proposed, accepted = r["drafts"][0]
+            verdict += f" (draft tokens proposed: {proposed}, accepted: {accepted})"
+            if not proposed:
+                problems.append(f"{r['batch']}: no draft token was proposed: the rejection sampler did not run")
+        rate = (f"{r['upstream_tok_s']:,.0f} | {r['plugin_tok_s']:,.0f}" if r["timed"] else "- | -")
+        lines.append(f"| {r['batch']} | {r['requests']} | {r['tokens']:,} | {verdict} | {rate} |")
+    by_name = {r["batch"]: r for r in rows}
+    lines.append("")
+    for length in [n for n in lengths if f"no penalty @{n}" in by_name]:
+        base, pen = by_name[f"no penalty @{length}"], by_name[f"presence 1.5 @{length}"]
+        lines.append(f"@{length} tokens: presence 1.5 / no penalty = {base['upstream_tok_s'] / pen['upstream_tok_s']:.2f}x "
+                     f"slower upstream, {base['plugin_tok_s'] / pen['plugin_tok_s']:.2f}x with the plugin "
+                     f"(plugin / upstream with presence: {pen['plugin_tok_s'] / pen['upstream_tok_s']:.2f}x)")
+    lines += [f"FAIL: {p}" for p in problems]
+    return "\n".join(lines), not problems
+
+
+def parse_markers(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """"START_IDS:END_IDS", each a comma-separated list of token ids."""
+    try:
+        start, end = (tuple(int(x) for x in part.split(",")) for part in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--think-markers takes START_IDS:END_IDS (ids separated by commas), got {text!r}")
+    if not start or not end or min(start + end) < 0:
+        raise ValueError(f"--think-markers needs non-negative start and end ids, got {text!r}")
+    return start, end
+
+
+def run(args) -> int:
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    if any(n <= 0 for n in lengths) or min(args.batch, args.requests, args.tokens) <= 0:
+        print("e2e: --batch, --requests, --tokens and --lengths must be positive", file=sys.stderr)
+        return 2
+    try:
+        markers = parse_markers(args.think_markers) if args.think_markers else DUMMY_MARKERS
+    except ValueError as err:
+        print(f"e2e: {err}", file=sys.stderr)
+        return 2
+    engines = [name.strip() for name in args.engines.split(",") if name.strip()]
+    if not engines or set(engines) - set(ENGINES):
+        print(f"e2e: --engines takes some of {', '.join(ENGINES)}, got {args.engines!r}", file=sys.stderr)
+        return 2
+    if torch is None or not torch.cuda.is_available():
+        print("e2e: needs a CUDA GPU (and vLLM installed for it)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(args.model) if args.model else write_dummy_model(Path(tmp, "dummy-qwen2"))
+        vocab = json.loads(Path(model, "config.json").read_text())["vocab_size"]
+        if max(markers[0] + markers[1]) >= vocab:
+            print(f"e2e: marker ids {markers} are outside the model's vocabulary ({vocab})", file=sys.stderr)
+            return 2
+        engine = dict(model=str(model), skip_tokenizer_init=True, enforce_eager=True, seed=0,
+                      attention_config={"backend": "TRITON_ATTN"}, gpu_memory_utilization=args.gpu_memory,
+                      max_num_seqs=max(args.batch, args.requests),
+                      max_model_len=PROMPT_LEN + len(markers[0]) + max(lengths + [args.tokens]) + 16)
+        if not args.model:
+            engine["load_format"] = "dummy"
+        plain = plain_batches(min(markers[0] + markers[1]), args.requests, args.tokens, args.batch, lengths)
+        reasoning = reasoning_batches(markers, args.requests, args.tokens)
+        speculative = speculative_batches(min(markers[0] + markers[1]), args.requests, args.tokens)
+        specs = [({"label": "plain", "engine": engine, "batches": [b.__dict__ for b in plain]}, plain),
+                 ({"label": "reasoning", "engine": engine, "think_markers": markers,
+                   "batches": [b.__dict__ for b in reasoning]}, reasoning),
+                 ({"label": "speculative", "engine": engine, "speculative": True,
+                   "batches": [b.__dict__ for b in speculative]}, speculative)]
+        specs = [(spec, batches) for spec, batches in specs if spec["label"] in engines]
+        rows, sides = [], {}
+        for spec, batches in specs:
+            sides = {side: in_subprocess(spec, side, args.hotpaths, args.timeout) for side in SIDES}
+            rows += compare(batches, sides["upstream"], sides["plugin"], markers)
+    text, ok = report(rows, sides["upstream"], sides["plugin"], lengths)
+    print(text)
+    if args.json:
+        summary = {key: sides["upstream"][key] for key in ("vllm", "device")}
+        Path(args.json).write_text(json.dumps(dict(summary, patched=sides["plugin"]["patched"], rows=rows),
+                                              indent=1) + "\n")
+    return 0 if ok else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="a model folder (default: a dummy-weight Qwen2 written here)")
+    parser.add_argument("--think-markers", metavar="START:END",
+                        help="reasoning start and end token ids, e.g. 151667:151668 (default: ids at "
+                             "the top of the dummy model's vocabulary)")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="which engines run (comma-separated)")
+    parser.add_argument("--batch", type=int, default=128, help="requests in each timed batch")
+    parser.add_argument("--lengths", default="1500,5000", help="generated tokens of the timed batches")
+    parser.add_argument("--requests", type=int, default=32, help="requests in each equality batch")
+    parser.add_argument("--tokens", type=int, default=256, help="generated tokens in each equality batch")
+    parser.add_argument("--hotpaths", default="all", help="VLLM_HOTPATHS for the plugin side")
+    parser.add_argument("--gpu-memory", type=float, default=0.4, help="vLLM's gpu_memory_utilization")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds one engine process may take")
+    parser.add_argument("--json", help="write the rows as JSON")
+
+
+if __name__ == "__main__":  # one engine, in the process `in_subprocess` starts
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engine-spec", required=True)
+    parser.add_argument("--engine-result", required=True)
+    ns = parser.parse_args()
+    Path(ns.engine_result).write_text(json.dumps(run_engine(json.loads(Path(ns.engine_spec).read_text()))))
