@@ -11,7 +11,8 @@
 #   there, last call:  eval "$(bash ci/gpu/stage-vllm.sh install)"   (joins, checks, unpacks; sets
 #                      PYTHONPATH and VLLM_HOTPATHS_VLLM_C, the compiled ops for the penalties
 #                      CUDA conformance property)
-# The machine keeps /tmp only while it stays warm, so the calls must follow each other at once.
+# The parts kept in /tmp must still be there for the next call: run the calls one after the other
+# on the same machine.
 #
 # Two changes to vLLM's files, both for what is not carried: the flash-attention libraries (340 MB)
 # stay behind, so `vllm/vllm_flash_attn/__init__.py` does not raise when they are missing (the
