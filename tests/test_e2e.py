@@ -31,7 +31,7 @@ BELOW = min(MARKERS[0] + MARKERS[1])
 
 def engines():
     """The batches of each engine, as `vllm-hotpaths e2e` builds them (small sizes)."""
-    return [e2e.plain_batches(BELOW, 9, 12, 6, [30, 50]), e2e.reasoning_batches(MARKERS, 14, 12),
+    return [e2e.plain_batches(BELOW, 9, 12, 6, [30, 50]), e2e.reasoning_batches(MARKERS, BELOW, 14, 12),
             e2e.speculative_batches(BELOW, 6, 12)]
 
 

@@ -3,7 +3,7 @@
 The same batches run through an offline `vllm.LLM` twice, in fresh processes: once with the
 plugin switched off (`VLLM_HOTPATHS=off`: vLLM as upstream ships it) and once with it on. Every
 request's generated ids must be identical between the two; the timed batches also give decode
-throughput side by side. Two engines per side:
+throughput side by side. Three engines per side:
 - `plain`: greedy, seeded random and penalized (presence, frequency, repetition) batches for
   equality, then the timed batches: B requests at each generated length, without penalties and
   with presence_penalty 1.5 (unseeded temperature 1.0: vLLM's global stream, seeded per engine);
@@ -66,6 +66,11 @@ def prompts(rng: np.random.Generator, count: int, below: int, suffix: tuple = ()
     return [rng.integers(0, below, PROMPT_LEN).tolist() + list(suffix) for _ in range(count)]
 
 
+def alternating(i: int, seed_base: int) -> dict:
+    """Odd requests greedy, even ones random with their own seed."""
+    return dict(temperature=0.0, seed=None) if i % 2 else dict(temperature=1.0, seed=seed_base + i)
+
+
 def lengths_for(requests: int, tokens: int) -> list[int]:
     """Generated lengths from `tokens` down to a quarter of it: rows finish at different steps."""
     return [max(1, tokens - (i % 4) * (tokens // 4)) for i in range(requests)]
@@ -79,8 +84,7 @@ def plain_batches(below: int, requests: int, tokens: int, batch: int, lengths: l
     for i in range(requests):  # each penalty alone, then mixed; greedy and seeded alternate
         presence, frequency, repetition = PENALTY_MIXES[i % len(PENALTY_MIXES)]
         penalized.append(dict(base[i], presence_penalty=presence, frequency_penalty=frequency,
-                              repetition_penalty=repetition, temperature=0.0 if i % 2 else 1.0,
-                              seed=None if i % 2 else 1000 + i))
+                              repetition_penalty=repetition, **alternating(i, 1000)))
     out = [Batch("greedy", prompts(rng, requests, below), [dict(b, temperature=0.0) for b in base]),
            Batch("seeded random", prompts(rng, requests, below),
                  [dict(b, temperature=1.0, seed=1000 + i, top_k=(0, 50)[i % 2]) for i, b in enumerate(base)]),
@@ -93,18 +97,16 @@ def plain_batches(below: int, requests: int, tokens: int, batch: int, lengths: l
     return out
 
 
-def reasoning_batches(markers: tuple, requests: int, tokens: int) -> list[Batch]:
-    """Prompts of ids below every marker id; most end with the start marker (inside a think block)."""
+def reasoning_batches(markers: tuple, below: int, requests: int, tokens: int) -> list[Batch]:
+    """Prompts of ids in [0, below); most end with the start marker (inside a think block)."""
     rng = np.random.default_rng(1)
     budgets = (0, 1, 3, 10, 40, None, -1)
     params, shaped = [], []
-    below = min(markers[0] + markers[1])
     thinking = prompts(rng, requests, below, markers[0])
     plain = prompts(rng, requests, below)
     for i, length in enumerate(lengths_for(requests, tokens)):
         params.append(dict(max_tokens=length, ignore_eos=True, thinking_token_budget=budgets[i % len(budgets)],
-                           temperature=0.0 if i % 2 else 1.0, seed=None if i % 2 else 2000 + i,
-                           presence_penalty=(0.0, 1.5)[i // 2 % 2]))
+                           presence_penalty=(0.0, 1.5)[i // 2 % 2], **alternating(i, 2000)))
         shaped.append(thinking[i] if i % 4 else plain[i])  # every fourth starts outside a think block
     return [Batch("thinking budget", shaped, params)]
 
@@ -115,8 +117,7 @@ def speculative_batches(below: int, requests: int, tokens: int) -> list[Batch]:
     batch not all-greedy, so recovered tokens are sampled."""
     rng = np.random.default_rng(2)
     shaped = [(rng.integers(0, below, 4).tolist() * PROMPT_LEN)[:PROMPT_LEN] for _ in range(requests)]
-    params = [dict(max_tokens=n, ignore_eos=True, temperature=0.0 if i % 2 else 1.0,
-                   seed=None if i % 2 else 3000 + i, presence_penalty=(0.0, 1.5)[i // 2 % 2])
+    params = [dict(max_tokens=n, ignore_eos=True, presence_penalty=(0.0, 1.5)[i // 2 % 2], **alternating(i, 3000))
               for i, n in enumerate(lengths_for(requests, tokens))]
     return [Batch("speculative", shaped, params)]
 
@@ -316,17 +317,15 @@ def run(args) -> int:
                       max_model_len=PROMPT_LEN + len(markers[0]) + max(lengths + [args.tokens]) + 16)
         if not args.model:
             engine["load_format"] = "dummy"
-        plain = plain_batches(min(markers[0] + markers[1]), args.requests, args.tokens, args.batch, lengths)
-        reasoning = reasoning_batches(markers, args.requests, args.tokens)
-        speculative = speculative_batches(min(markers[0] + markers[1]), args.requests, args.tokens)
-        specs = [({"label": "plain", "engine": engine, "batches": [b.__dict__ for b in plain]}, plain),
-                 ({"label": "reasoning", "engine": engine, "think_markers": markers,
-                   "batches": [b.__dict__ for b in reasoning]}, reasoning),
-                 ({"label": "speculative", "engine": engine, "speculative": True,
-                   "batches": [b.__dict__ for b in speculative]}, speculative)]
-        specs = [(spec, batches) for spec, batches in specs if spec["label"] in engines]
+        below = min(markers[0] + markers[1])  # prompt ids stay below every marker id
+        built = {"plain": (plain_batches(below, args.requests, args.tokens, args.batch, lengths), {}),
+                 "reasoning": (reasoning_batches(markers, below, args.requests, args.tokens),
+                               {"think_markers": markers}),
+                 "speculative": (speculative_batches(below, args.requests, args.tokens), {"speculative": True})}
         rows, sides = [], {}
-        for spec, batches in specs:
+        for name in engines:
+            batches, extra = built[name]
+            spec = dict(extra, label=name, engine=engine, batches=[b.__dict__ for b in batches])
             sides = {side: in_subprocess(spec, side, args.hotpaths, args.timeout) for side in SIDES}
             rows += compare(batches, sides["upstream"], sides["plugin"], markers)
     text, ok = report(rows, sides["upstream"], sides["plugin"], lengths)
