@@ -13,6 +13,8 @@ Operations (row arguments are taken modulo the number of requests):
   ("sample", tokens)                    synchronous: row r appends tokens[r % len]
   ("async", sampled)                    async bookkeeping: -1 appended; sampled[r % len] pending
   ("repair", skipped)                   0.22 placeholder repair; rows in `skipped` keep their -1
+  ("decode", tokens)                    one async decode round as the sampler sees it: row r
+                                        appends a -1, repaired to tokens[r % len] (the steady step)
   ("spec", drafts)                      row r gets drafts[r % len] as spec tokens
   ("extend", counts)                    optimistic -1 extension by counts[r % len]
   ("trim", row, keep)                   del out[keep:] (KV-load discard / over-extension)
@@ -84,8 +86,36 @@ def logit_values() -> st.SearchStrategy[float]:
     return st.one_of(st.sampled_from(SPECIAL_LOGITS), finite)
 
 
+def penalties_programs(max_ops: int = 14, max_vocab: int = 64) -> st.SearchStrategy[PenaltiesProgram]:
+    """Any transitions in any order, or the same made into decode runs (see `decode_runs`)."""
+    programs = transition_programs(max_ops, max_vocab)
+    return st.one_of(programs, programs.flatmap(decode_runs))
+
+
 @st.composite
-def penalties_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> PenaltiesProgram:
+def decode_runs(draw, program: PenaltiesProgram) -> PenaltiesProgram:
+    """`program` as a serving engine mostly runs it: every row tracked, the sampler reading the
+    live lists, and after each transition a few async decode rounds, each followed by a sampler
+    step. Such steps are the fast path's steady step (every row one token longer, nothing
+    changed in place); the transitions in between, and rounds that leave their placeholders for
+    a later repair, are what must take it off that path."""
+    ops = []
+    for op in program.ops:
+        if op[0] == "add":
+            op = op[:3] + (True,) + op[4:]
+        elif op[0] == "step":
+            op = ("step", False) + op[2:]
+        ops.append(op)
+        for _ in range(draw(st.integers(0, 3))):
+            tokens = tuple(draw(st.lists(token_ids(program.vocab_size), min_size=1, max_size=4)))
+            # now and then a round whose placeholders stay: the next repair rewrites them in place
+            round_ = draw(st.sampled_from((("decode", tokens),) * 3 + (("async", (tokens,)),)))
+            ops += [round_, ("step", False, 0, True, ())]
+    return PenaltiesProgram(program.vocab_size, program.max_num_reqs, 64, tuple(ops))
+
+
+@st.composite
+def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> PenaltiesProgram:
     vocab = draw(st.one_of(st.sampled_from([v for v in VOCAB_EDGES if v <= max_vocab]),
                            st.integers(1, max_vocab)))
     max_num_reqs = draw(st.integers(1, 6))
@@ -113,6 +143,7 @@ def penalties_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penaltie
         moves,
         st.tuples(st.just("sample"), short(tok, 6, 1)),
         st.tuples(st.just("async"), short(sampled, 3, 1)),
+        st.tuples(st.just("decode"), short(tok, 6, 1)),
         st.tuples(st.just("repair"), short(rows, 2)),
         st.tuples(st.just("spec"), short(short(tok, 3), 3, 1)),
         st.tuples(st.just("extend"), short(st.integers(0, 3), 3, 1)),
@@ -251,6 +282,10 @@ class PenaltiesRun:
                         batch.drop_pending(r)
                     else:
                         self._repair(r)
+            elif name == "decode":
+                for r in range(n):
+                    batch.sample_async(r, (args[0][r % len(args[0])],))
+                    self._repair(r)
             elif name == "spec":
                 for r in range(n):
                     batch.set_spec(r, args[0][r % len(args[0])])

@@ -22,7 +22,7 @@ def side(batches, patched, change=None, drafts=(12, 3)):
                     row[budget:budget + len(MARKERS[1])] = MARKERS[1]
         if change == batch.name:
             ids[4][5] += 1
-        out["batches"][batch.name] = {"seconds": 2.0, "ids": ids}
+        out["batches"][batch.name] = {"seconds": [2.0], "tokens": [sum(map(len, ids))], "ids": ids}
     return out
 
 
@@ -93,6 +93,30 @@ def test_a_speculative_batch_without_drafts_fails(batches):
     assert ok and "draft tokens proposed: 12, accepted: 3" in text, text
 
 
+def test_repeated_runs_report_medians_and_each_pair():
+    batches = engines()[0]
+    upstream, plugin = side(batches, {}), side(batches, {"penalties": []})
+    for name, seconds in (("no penalty @50", [1.0, 3.0, 2.0]), ("presence 1.5 @50", [2.0, 2.0, 8.0])):
+        tokens = plugin["batches"][name]["tokens"][0]
+        plugin["batches"][name].update(seconds=seconds, tokens=[tokens] * 3)
+    del upstream["drafts"], plugin["drafts"]
+    rows = e2e.compare(batches, upstream, plugin, MARKERS)
+    text, ok = e2e.report(rows, upstream, plugin, [30, 50])
+    assert ok, text
+    row = next(r for r in rows if r["batch"] == "presence 1.5 @50")
+    assert row["plugin_tok_s"] == row["tokens"] / 2.0 and row["upstream_tok_s"] == row["tokens"] / 2.0
+    # medians 2.0 s and 2.0 s: 1.00x; run by run 2/1, 2/3, 8/2 seconds
+    assert "1.00x with the plugin (medians; run by run 2.00x, 0.67x, 4.00x)" in text, text
+    assert f"({row['tokens'] / 8.0:,.0f}-{row['tokens'] / 2.0:,.0f}, 3 runs)" in text
+
+
+def test_repeats_alternate_the_order_of_the_timed_batches():
+    batches = [{"name": n, "timed": t} for n, t in (("greedy", False), ("a", True), ("b", True))]
+    names = [b["name"] for b in e2e.run_order(batches, 4)]
+    assert names == ["greedy", "a", "b", "b", "a", "a", "b", "b", "a"]
+    assert e2e.run_order(batches, 1) == batches
+
+
 def test_forced_ends_counts_requests_in_a_think_block_whose_budget_ended():
     start, end = MARKERS
     batch = e2e.Batch("t", [[1, *start], [1, *start], [1], [1, *start]],
@@ -150,6 +174,7 @@ def test_the_dummy_model_has_the_asked_vocabulary(tmp_path):
 @pytest.mark.parametrize("args, message", [
     ([], "needs a CUDA GPU"),
     (["--lengths", "100,0"], "must be positive"),
+    (["--repeat", "0"], "must be positive"),
     (["--think-markers", "5"], "--think-markers takes"),
     (["--engines", "plain,fast"], "--engines takes some of plain, reasoning, speculative"),
 ])

@@ -1,13 +1,14 @@
 """TrackedTokenList: content behaves as a list, and a watcher's mark is sound.
 
-Sound: every index below the mark still holds what it held when the watcher last synced. The
-fast penalties path rewrites only from the mark on, so an unsound mark is a wrong tensor.
+Sound: every index below the mark and below the length the watcher synced still holds what it
+held then. The fast penalties path rewrites only from there on, so an unsound mark is a wrong
+tensor.
 """
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_hotpaths.tracked_list import TrackedTokenList
+from vllm_hotpaths.tracked_list import UNCHANGED, TrackedTokenList
 
 values = st.integers(-1, 9)
 index = st.integers(-6, 6)
@@ -66,10 +67,9 @@ def test_marks_are_sound(initial, ops):
                 outcomes.append(type(err))
         assert outcomes[0] == outcomes[1]
         assert list(tracked) == plain
-        mark = tracked.dirty_from(1)
-        assert 0 <= mark <= len(synced)
-        assert mark <= len(plain)
-        assert plain[:mark] == synced[:mark]
+        stable = min(tracked.dirty_from(1), len(synced))
+        assert stable >= 0
+        assert plain[:stable] == synced[:stable]
 
 
 def test_unwatched_lists_have_no_mark():
@@ -77,6 +77,8 @@ def test_unwatched_lists_have_no_mark():
     assert lst.dirty_from(3) is None
     lst.watch(3)
     lst.append(4)
-    assert lst.dirty_from(3) == 2
+    assert lst.dirty_from(3) == UNCHANGED  # growth at the end changes nothing synced
+    lst[1] = 5
+    assert lst.dirty_from(3) == 1
     lst.unwatch(3)
     assert lst.dirty_from(3) is None

@@ -14,6 +14,12 @@ throughput side by side. Three engines per side:
   its recovered-token sampling).
 Equality requests stop at different lengths, so rows leave the batch and it condenses.
 
+Throughput drifts within a process by tens of percent over minutes, so the plugin side runs its
+timed batches `--repeat` times, every other time in reverse order (no penalty, presence, then
+presence, no penalty: a steady drift weighs on both alike), and reports medians; its first run
+is the one compared with upstream's ids. Upstream runs each timed batch once: its slowdown is
+several-fold, and a repeat of its presence batch at 5,000 tokens costs minutes.
+
 Without `--model`, a Qwen2 configuration with random (dummy) weights is written: vocabulary
 151,936, 2 layers, so the sampler's share of a step is large. Prompts are token ids (no tokenizer).
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -134,6 +141,12 @@ def forced_ends(batch: Batch, outputs: list[list[int]], markers: tuple) -> int:
 
 
 # -- one engine in this process ---------------------------------------------------------------
+def run_order(batches: list[dict], repeat: int) -> list[dict]:
+    """Every batch once, then the timed ones `repeat - 1` more times, every other time reversed."""
+    timed = [batch for batch in batches if batch["timed"]]
+    return batches + [batch for i in range(1, repeat) for batch in (timed[::-1] if i % 2 else timed)]
+
+
 def run_engine(spec: dict) -> dict:
     import torch
     import vllm
@@ -149,11 +162,12 @@ def run_engine(spec: dict) -> dict:
         kwargs["reasoning_config"] = config
     if spec.get("speculative"):  # counters of proposed and accepted draft tokens need stats on
         kwargs.update(speculative_config=SPECULATIVE, disable_log_stats=False)
+    began = time.perf_counter()
     llm = LLM(**kwargs)
     from vllm_hotpaths import plugin
 
     result = {"vllm": vllm.__version__, "device": torch.cuda.get_device_name(), "patched": plugin.installed(),
-              "batches": {}}
+              "startup_s": time.perf_counter() - began, "batches": {}}
     # Warm-up at the largest batch size, with and without penalties: kernels compiled for new
     # shapes or flags would otherwise count against the first timed batch.
     width = max(len(batch["prompts"]) for batch in spec["batches"])
@@ -161,7 +175,7 @@ def run_engine(spec: dict) -> dict:
         llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3, 4])] * width,
                      SamplingParams(max_tokens=32, ignore_eos=True, temperature=1.0, **extra), use_tqdm=False)
     drafts_before = draft_counts(llm) if spec.get("speculative") else None
-    for batch in spec["batches"]:
+    for batch in run_order(spec["batches"], spec.get("repeat", 1)):
         requests = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
         params = [SamplingParams(**p) for p in batch["params"]]
         torch.cuda.synchronize()
@@ -169,8 +183,10 @@ def run_engine(spec: dict) -> dict:
         outputs = llm.generate(requests, params, use_tqdm=False)
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        result["batches"][batch["name"]] = {"seconds": seconds,
-                                            "ids": [list(o.outputs[0].token_ids) for o in outputs]}
+        ran = result["batches"].setdefault(batch["name"], {"seconds": [], "tokens": []})
+        ran["seconds"].append(seconds)
+        ran["tokens"].append(sum(len(o.outputs[0].token_ids) for o in outputs))
+        ran.setdefault("ids", [list(o.outputs[0].token_ids) for o in outputs])  # the first run's
     if drafts_before is not None:
         result["drafts"] = [None if None in pair else pair[1] - pair[0] for pair in zip(drafts_before, draft_counts(llm))]
     return result
@@ -182,11 +198,12 @@ def draft_counts(llm) -> list[int | None]:
     return [counters.get(f"vllm:spec_decode_num_{kind}_tokens") for kind in ("draft", "accepted")]
 
 
-def in_subprocess(spec: dict, side: str, hotpaths: str, timeout: float) -> dict:
-    """One engine's results, from a fresh process: the plugin off (upstream) or as `hotpaths` selects."""
+def in_subprocess(spec: dict, side: str, hotpaths: str, timeout: float, repeat: int) -> dict:
+    """One engine's results, from a fresh process: the plugin off (upstream) or as `hotpaths` selects;
+    the plugin side runs its timed batches `repeat` times."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(json.dumps(dict(spec, repeat=1 if side == "upstream" else repeat)))
         env = dict(os.environ, VLLM_HOTPATHS="off" if side == "upstream" else hotpaths,
                    VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_USE_FLASHINFER_SAMPLER="0")
         print(f"e2e: {spec['label']} engine, {side} ...", flush=True)
@@ -200,8 +217,10 @@ def in_subprocess(spec: dict, side: str, hotpaths: str, timeout: float) -> dict:
         if done.returncode != 0:
             raise SystemExit(f"e2e: the {spec['label']} engine ({side}) failed (exit {done.returncode}):\n"
                              f"{done.stderr[-4000:]}")
-        print(f"e2e: {spec['label']} engine, {side}: {time.perf_counter() - start:.0f} s", flush=True)
-        return json.loads(out_path.read_text())
+        result = json.loads(out_path.read_text())
+        print(f"e2e: {spec['label']} engine, {side}: {time.perf_counter() - start:.0f} s "
+              f"(engine start {result['startup_s']:.0f} s)", flush=True)
+        return result
 
 
 # -- comparison and report --------------------------------------------------------------------
@@ -215,17 +234,23 @@ def first_difference(a: list[list[int]], b: list[list[int]]) -> str | None:
     return None
 
 
+def rates(ran: dict) -> list[float]:
+    """Tokens per second of each run of a batch."""
+    return [tokens / seconds for tokens, seconds in zip(ran["tokens"], ran["seconds"])]
+
+
 def compare(batches: list[Batch], upstream: dict, plugin: dict, markers: tuple) -> list[dict]:
-    """A row per batch: equality of every request's ids, throughput of both sides, and what shows
-    the batch reached its hot path (end markers forced by a budget; draft tokens proposed)."""
+    """A row per batch: equality of every request's ids (first runs), throughput of both sides
+    (medians over runs), and what shows the batch reached its hot path (end markers forced by a
+    budget; draft tokens proposed)."""
     rows = []
     for batch in batches:
         a, b = upstream["batches"][batch.name], plugin["batches"][batch.name]
         difference = first_difference(a["ids"], b["ids"])
-        tokens = sum(map(len, a["ids"]))
-        row = {"batch": batch.name, "requests": len(batch.prompts), "tokens": tokens, "equal": difference is None,
-               "difference": difference, "timed": batch.timed,
-               "upstream_tok_s": tokens / a["seconds"], "plugin_tok_s": sum(map(len, b["ids"])) / b["seconds"]}
+        row = {"batch": batch.name, "requests": len(batch.prompts), "tokens": sum(map(len, a["ids"])),
+               "equal": difference is None, "difference": difference, "timed": batch.timed,
+               "upstream_runs": rates(a), "plugin_runs": rates(b),
+               "upstream_tok_s": statistics.median(rates(a)), "plugin_tok_s": statistics.median(rates(b))}
         if any("thinking_token_budget" in p for p in batch.params):
             row["forced_ends"] = [forced_ends(batch, a["ids"], markers), forced_ends(batch, b["ids"], markers)]
         if "drafts" in upstream:
@@ -245,7 +270,8 @@ def report(rows: list[dict], upstream: dict, plugin: dict, lengths: list[int]) -
     lines = [f"device: {upstream['device']}   vLLM {upstream['vllm']}",
              "plugin patched: " + (", ".join(f"{k} ({', '.join(v) or 'left to upstream'})"
                                              for k, v in plugin["patched"].items()) or "nothing"),
-             "", "| batch | requests | generated tokens | ids with plugin == without | upstream tok/s | plugin tok/s |",
+             "", "| batch | requests | generated tokens | ids with plugin == without | upstream tok/s | "
+                 "plugin tok/s (median, range) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         verdict = "equal" if r["equal"] else f"DIFFERENT: {r['difference']}"
@@ -260,15 +286,19 @@ def report(rows: list[dict], upstream: dict, plugin: dict, lengths: list[int]) -
             verdict += f" (draft tokens proposed: {proposed}, accepted: {accepted})"
             if not proposed:
                 problems.append(f"{r['batch']}: no draft token was proposed: the rejection sampler did not run")
-        rate = (f"{r['upstream_tok_s']:,.0f} | {r['plugin_tok_s']:,.0f}" if r["timed"] else "- | -")
+        runs = r["plugin_runs"]
+        spread = f" ({min(runs):,.0f}-{max(runs):,.0f}, {len(runs)} runs)" if len(runs) > 1 else ""
+        rate = (f"{r['upstream_tok_s']:,.0f} | {r['plugin_tok_s']:,.0f}{spread}" if r["timed"] else "- | -")
         lines.append(f"| {r['batch']} | {r['requests']} | {r['tokens']:,} | {verdict} | {rate} |")
     by_name = {r["batch"]: r for r in rows}
     lines.append("")
     for length in [n for n in lengths if f"no penalty @{n}" in by_name]:
         base, pen = by_name[f"no penalty @{length}"], by_name[f"presence 1.5 @{length}"]
+        paired = ", ".join(f"{x / y:.2f}x" for x, y in zip(base["plugin_runs"], pen["plugin_runs"]))
         lines.append(f"@{length} tokens: presence 1.5 / no penalty = {base['upstream_tok_s'] / pen['upstream_tok_s']:.2f}x "
                      f"slower upstream, {base['plugin_tok_s'] / pen['plugin_tok_s']:.2f}x with the plugin "
-                     f"(plugin / upstream with presence: {pen['plugin_tok_s'] / pen['upstream_tok_s']:.2f}x)")
+                     f"(medians; run by run {paired}); plugin / upstream with presence: "
+                     f"{pen['plugin_tok_s'] / pen['upstream_tok_s']:.2f}x")
     lines += [f"FAIL: {p}" for p in problems]
     return "\n".join(lines), not problems
 
@@ -290,8 +320,8 @@ def run(args) -> int:
     except ImportError:
         torch = None
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
-    if any(n <= 0 for n in lengths) or min(args.batch, args.requests, args.tokens) <= 0:
-        print("e2e: --batch, --requests, --tokens and --lengths must be positive", file=sys.stderr)
+    if any(n <= 0 for n in lengths) or min(args.batch, args.requests, args.tokens, args.repeat) <= 0:
+        print("e2e: --batch, --requests, --tokens, --lengths and --repeat must be positive", file=sys.stderr)
         return 2
     try:
         markers = parse_markers(args.think_markers) if args.think_markers else DUMMY_MARKERS
@@ -326,7 +356,7 @@ def run(args) -> int:
         for name in engines:
             batches, extra = built[name]
             spec = dict(extra, label=name, engine=engine, batches=[b.__dict__ for b in batches])
-            sides = {side: in_subprocess(spec, side, args.hotpaths, args.timeout) for side in SIDES}
+            sides = {side: in_subprocess(spec, side, args.hotpaths, args.timeout, args.repeat) for side in SIDES}
             rows += compare(batches, sides["upstream"], sides["plugin"], markers)
     text, ok = report(rows, sides["upstream"], sides["plugin"], lengths)
     print(text)
@@ -345,6 +375,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engines", default=",".join(ENGINES), help="which engines run (comma-separated)")
     parser.add_argument("--batch", type=int, default=128, help="requests in each timed batch")
     parser.add_argument("--lengths", default="1500,5000", help="generated tokens of the timed batches")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="runs of each timed batch on the plugin side (medians reported; upstream runs once)")
     parser.add_argument("--requests", type=int, default=32, help="requests in each equality batch")
     parser.add_argument("--tokens", type=int, default=256, help="generated tokens in each equality batch")
     parser.add_argument("--hotpaths", default="all", help="VLLM_HOTPATHS for the plugin side")

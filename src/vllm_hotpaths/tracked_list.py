@@ -4,13 +4,22 @@ vLLM keeps each request's generated tokens in a plain Python list that several p
 place: appends after sampling, `-1` placeholders under async scheduling, their repair by slice
 assignment, optimistic extension and trimming with `del`. A consumer that mirrors the list into a
 tensor would have to rescan it to find what changed. `TrackedTokenList` records, for every
-registered watcher, the lowest index any mutation touched, so a mirror can be updated from that
-index on: the mirror is exact for every mutation made through the list API.
+registered watcher, the lowest index any mutation other than growth at the end touched
+(`UNCHANGED` if none did). A watcher that remembers the length it synced reads from
+`min(mark, that length)` on: its mirror is exact for every mutation made through the list API.
+
+Growth at the end (append, extend, +=) changes nothing a watcher synced, so it leaves the marks
+alone and those stay list's own methods, at full speed: vLLM appends to every request's list each
+decode step. The item assignment that repairs async placeholders runs as often, hence its inlined
+mark update.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Iterable, SupportsIndex
+
+UNCHANGED = sys.maxsize  # a watcher's mark when nothing it synced has changed
 
 
 class TrackedTokenList(list):
@@ -18,7 +27,7 @@ class TrackedTokenList(list):
 
     def __init__(self, iterable: Iterable[int] = ()) -> None:
         super().__init__(iterable)
-        # watcher key -> lowest index that may differ from what that watcher last synced.
+        # watcher key -> lowest index changed in place or removed since that watcher last synced.
         self._marks: dict[int, int] = {}
 
     def __reduce_ex__(self, protocol):
@@ -27,13 +36,14 @@ class TrackedTokenList(list):
     # -- watcher interface ---------------------------------------------------------------
     def watch(self, key: int) -> None:
         """Start (or restart) watching: the watcher is in sync with the whole list now."""
-        self._marks[key] = len(self)
+        self._marks[key] = UNCHANGED
 
     def unwatch(self, key: int) -> None:
         self._marks.pop(key, None)
 
     def dirty_from(self, key: int) -> int | None:
-        """Lowest index changed since `watch(key)`; None if `key` is not watching."""
+        """Lowest index changed in place or removed since `watch(key)` (`UNCHANGED` if the list
+        only grew at the end); None if `key` is not watching."""
         return self._marks.get(key)
 
     def _touch(self, index: int) -> None:
@@ -42,51 +52,46 @@ class TrackedTokenList(list):
             if index < mark:
                 marks[key] = index
 
-    def _lowest(self, key, length: int) -> int:
-        """Lowest index a mutation at `key` (int or slice) can touch in a list of `length`."""
-        if isinstance(key, slice):
-            start, stop, step = key.indices(length)
-            return start if step == 1 else (0 if step < 0 else start)
-        index = key.__index__()
-        return index + length if index < 0 else index
-
-    # -- mutators --------------------------------------------------------------------------
+    # -- mutators (append, extend and += are list's own: see the module docstring) ------------
     def __setitem__(self, key, value) -> None:
-        lowest = self._lowest(key, len(self))
-        super().__setitem__(key, value)
-        if self._marks:
-            self._touch(max(lowest, 0))
+        marks = self._marks
+        if not marks:
+            return list.__setitem__(self, key, value)
+        n = len(self)
+        if type(key) is slice:
+            start, _, step = key.indices(n)
+            lowest = 0 if step < 0 else start  # a reversed slice can touch anything up to start
+        else:
+            lowest = key.__index__()
+            if lowest < 0:
+                lowest += n
+        list.__setitem__(self, key, value)
+        if lowest < 0:
+            lowest = 0
+        for watcher, mark in marks.items():
+            if lowest < mark:
+                marks[watcher] = lowest
 
     def __delitem__(self, key) -> None:
-        lowest = self._lowest(key, len(self))
-        super().__delitem__(key)
-        if self._marks:
-            self._touch(max(lowest, 0))
-
-    def __iadd__(self, other: Iterable[int]):
+        marks = self._marks
+        if not marks:
+            return list.__delitem__(self, key)
         n = len(self)
-        super().__iadd__(other)
-        if self._marks:
-            self._touch(n)
-        return self
+        if type(key) is slice:
+            start, _, step = key.indices(n)
+            lowest = 0 if step < 0 else start
+        else:
+            lowest = key.__index__()
+            if lowest < 0:
+                lowest += n
+        list.__delitem__(self, key)
+        self._touch(max(lowest, 0))
 
     def __imul__(self, count: SupportsIndex):
-        super().__imul__(count)
+        list.__imul__(self, count)
         if self._marks:
             self._touch(0)
         return self
-
-    def append(self, value: int) -> None:
-        n = len(self)
-        super().append(value)
-        if self._marks:
-            self._touch(n)
-
-    def extend(self, values: Iterable[int]) -> None:
-        n = len(self)
-        super().extend(values)
-        if self._marks:
-            self._touch(n)
 
     def insert(self, index: SupportsIndex, value: int) -> None:
         n = len(self)

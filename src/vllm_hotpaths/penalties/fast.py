@@ -14,19 +14,22 @@ Row identity decides what the staging row can vouch for:
   row over, then update from the change mark;
 - anything else (a plain list, a list combined with spec drafts, a list seen twice) -> that row is
   rebuilt from the list, exactly as the reference does.
+The steady decode step (every row the list it mirrored, unchanged in place, one token longer) is
+recognised with a few whole-batch checks and written without a per-row Python loop.
 The penalty arithmetic itself is upstream's (shared with the reference).
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from vllm_hotpaths.penalties.reference import InvalidTokenId, apply_penalties_, check_logits, token_array
-from vllm_hotpaths.tracked_list import TrackedTokenList
+from vllm_hotpaths.tracked_list import UNCHANGED, TrackedTokenList
 
 _WATCHER_KEYS = itertools.count(1)
 
@@ -59,6 +62,9 @@ class IncrementalPenalties:
 
     # -- the builder ------------------------------------------------------------------------
     def output_tokens(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        steady = self._steady_step(rows)
+        if steady is not None:
+            return steady
         num_rows = len(rows)
         self._grow(num_rows, 1)
         pad, key = self.vocab_size, self._key
@@ -80,7 +86,8 @@ class IncrementalPenalties:
             if n > max_len:
                 max_len = n
             if lst is owner[r]:
-                start, old = lst._marks.get(key, 0), synced[r]
+                old = synced[r]
+                start = min(lst._marks.get(key, 0), old)
             else:
                 s = home.get(id(lst)) if type(lst) is TrackedTokenList else None
                 movable = (
@@ -92,7 +99,8 @@ class IncrementalPenalties:
                 if movable:
                     move_src.append(s)
                     move_dst.append(r)
-                    start, old = lst._marks.get(key, 0), synced[s]
+                    old = synced[s]
+                    start = min(lst._marks.get(key, 0), old)
                     claims.append((r, lst))
                     claimed.add(id(lst))
                 else:
@@ -117,18 +125,46 @@ class IncrementalPenalties:
 
         values = self._checked_values(vals, val_rows, val_cols)
         self._grow(num_rows, max_len)
-        staging = self._staging
         if move_src:
-            staging[move_dst] = staging[move_src]  # gathers first: safe for swaps
-        if values is not None:
-            if self.device.type == "cpu":
-                staging.numpy()[val_rows, val_cols] = values
-            else:
-                packed = torch.from_numpy(np.array([val_rows, val_cols, values], dtype=np.int64))
-                packed = packed.to(self.device, non_blocking=True)
-                staging.index_put_((packed[0], packed[1]), packed[2])
+            self._staging[move_dst] = self._staging[move_src]  # gathers first: safe for swaps
+        self._write(val_rows, val_cols, values)
         self._commit(rows, lengths, move_src, claims)
-        return staging[:num_rows, :max_len]
+        return self._staging[:num_rows, :max_len]
+
+    def _steady_step(self, rows: Sequence[Sequence[int]]) -> torch.Tensor | None:
+        """The usual decode step, or None when it is not one: every row is the tracked list it
+        mirrored last step, nothing it synced has changed (a placeholder repaired past it is new
+        content), and it grew by exactly one token. Only the new last tokens are written."""
+        num_rows = len(rows)
+        owner, key = self._owner, self._key
+        if not num_rows or num_rows > len(owner) or not all(map(operator.is_, rows, owner)):
+            return None
+        synced = self._synced[:num_rows]
+        if not all(map(operator.ge, [lst._marks.get(key, -1) for lst in rows], synced)):
+            return None
+        lengths = list(map(len, rows))
+        if list(map(operator.sub, lengths, synced)).count(1) != num_rows:
+            return None
+        val_rows = range(num_rows)
+        values = self._checked_values(list(map(operator.itemgetter(-1), rows)), val_rows, synced)
+        max_len = max(lengths)
+        self._grow(num_rows, max_len)
+        self._write(val_rows, synced, values)
+        self._synced[:num_rows] = lengths
+        for lst in rows:
+            lst._marks[key] = UNCHANGED
+        return self._staging[:num_rows, :max_len]
+
+    def _write(self, val_rows, val_cols, values: np.ndarray | None) -> None:
+        """staging[val_rows[j], val_cols[j]] = values[j]: one indexed write (one copy to the device)."""
+        if values is None:
+            return
+        if self.device.type == "cpu":
+            self._staging.numpy()[val_rows, val_cols] = values
+        else:
+            packed = torch.from_numpy(np.array([val_rows, val_cols, values], dtype=np.int64))
+            packed = packed.to(self.device, non_blocking=True)
+            self._staging.index_put_((packed[0], packed[1]), packed[2])
 
     def _checked_values(self, vals: list, val_rows: list[int], val_cols: list[int]) -> np.ndarray | None:
         """New values as int64 with -1 mapped to the pad; raises like the reference on bad ids."""
@@ -155,10 +191,10 @@ class IncrementalPenalties:
             if lst is not None:
                 home[id(lst)] = r
         self._synced[: len(lengths)] = lengths
-        for r, n in enumerate(lengths):
+        for r in range(len(lengths)):
             lst = rows[r]
             if lst is owner[r]:
-                lst._marks[key] = n
+                lst._marks[key] = UNCHANGED
 
     # -- the hot path -----------------------------------------------------------------------
     def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
