@@ -176,6 +176,12 @@ def _leaves_thinking(case) -> bool:
     return bool(set(case.end_ids) & _think_tokens(case)) and _no_negative_budget(case)
 
 
+def _exits_thinking(case) -> bool:
+    """A think_budget program that can leave a think block: it feeds an end marker, or a row
+    emits the end marker its budget forces ("obey"); no -1 budget in it."""
+    return _leaves_thinking(case) or (bool(_ops(case, "obey")) and _no_negative_budget(case))
+
+
 def _change_in_033(hotpath: str, link: str, summary: str, affects: Callable[[object], bool],
                    shows: str | None = None) -> KnownDivergence:
     """A deliberate change first in vLLM 0.33.0, still in place; affected programs may agree."""
@@ -192,9 +198,10 @@ LEDGER += [
     ),
     _change_in_033(
         "think_budget", "https://github.com/vllm-project/vllm/pull/43757",
-        summary="scan_offset: after a think exit the markers are searched only past it, so a later "
-                "start re-enters thinking and is enforced (0.22 kept finding the old end marker)",
-        affects=_leaves_thinking,
+        summary="scan_offset: after a think exit (fed or forced) the markers are searched only past "
+                "it, so a later start re-enters thinking and is enforced (0.22 kept finding the old "
+                "end marker)",
+        affects=_exits_thinking,
     ),
     _change_in_033(
         "think_budget", "https://github.com/vllm-project/vllm/pull/45984",
