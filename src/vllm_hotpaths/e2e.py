@@ -247,10 +247,11 @@ def compare(batches: list[Batch], upstream: dict, plugin: dict, markers: tuple) 
     for batch in batches:
         a, b = upstream["batches"][batch.name], plugin["batches"][batch.name]
         difference = first_difference(a["ids"], b["ids"])
+        upstream_runs, plugin_runs = rates(a), rates(b)
         row = {"batch": batch.name, "requests": len(batch.prompts), "tokens": sum(map(len, a["ids"])),
                "equal": difference is None, "difference": difference, "timed": batch.timed,
-               "upstream_runs": rates(a), "plugin_runs": rates(b),
-               "upstream_tok_s": statistics.median(rates(a)), "plugin_tok_s": statistics.median(rates(b))}
+               "upstream_runs": upstream_runs, "plugin_runs": plugin_runs,
+               "upstream_tok_s": statistics.median(upstream_runs), "plugin_tok_s": statistics.median(plugin_runs)}
         if any("thinking_token_budget" in p for p in batch.params):
             row["forced_ends"] = [forced_ends(batch, a["ids"], markers), forced_ends(batch, b["ids"], markers)]
         if "drafts" in upstream:
