@@ -15,7 +15,8 @@ from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun,
 from vllm_hotpaths import fixtures, registry, vllm_env
 from vllm_hotpaths.bits import assert_same_bits
 from vllm_hotpaths.ledger import check_conformance
-from vllm_hotpaths.penalties import InvalidTokenId
+from vllm_hotpaths.penalties import InvalidTokenId, fused
+from vllm_hotpaths.penalties.reference import apply_penalties_, compiled_op_repetition_
 
 HOTPATH = registry.get("penalties")
 pytestmark = pytest.mark.hotpath("penalties")
@@ -74,6 +75,34 @@ def test_invalid_ids_raise_the_same_error(case, candidate, device, case_log):
     assert errors[1] == errors[0]
     row[pos] = good
     assert_same_step(fast, reference, step, device, f"{name} after the bad id was fixed")
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.triton
+@pytest.mark.implementation("fused kernels")
+@replayed
+@given(program=penalties_programs())
+def test_fused_kernels_match_compiled_op_arithmetic(program, device, case_log):
+    """The fused kernels == the reference's penalty arithmetic with vLLM's compiled repetition op
+    (`x / p`), on contiguous logits at every step of a program, one scratch for all steps (it must
+    come back all zero). On CPU the kernels run in Triton's interpreter and the op's arithmetic is
+    the reference's torch code on CPU tensors; on CUDA both are on the device. Small vocabularies
+    get small blocks, so ids and lanes cross block boundaries."""
+    case_log.record(program)
+    run = PenaltiesRun(program)
+    reference = HOTPATH.reference()(program.vocab_size, device, run.batch)
+    blocks = (4, 8) if program.vocab_size <= 64 else (fused.COUNT_BLOCK, fused.PENALIZE_BLOCK)
+    counts = torch.zeros(0, dtype=torch.int32, device=device)
+    for i, step in enumerate(run.steps()):
+        logits, prompt, presence, frequency, repetition, rows = step.on(device)
+        logits = logits.contiguous()
+        tokens = reference.output_tokens(rows)
+        if counts.numel() < logits.numel():
+            counts = torch.zeros(logits.numel(), dtype=torch.int32, device=device)
+        args = (prompt, tokens, presence, frequency, repetition)
+        expected = apply_penalties_(logits.clone(), *args, repetition_step=compiled_op_repetition_)
+        actual = fused.apply_penalties(logits.clone(), *args, counts, blocks=blocks)
+        assert_same_bits(actual, expected, f"step {i}: penalized logits, fused kernels vs reference")
 
 
 @pytest.mark.check("conformance")

@@ -31,8 +31,7 @@ BELOW = min(MARKERS[0] + MARKERS[1])
 
 def engines():
     """The batches of each engine, as `vllm-hotpaths e2e` builds them (small sizes)."""
-    return [e2e.plain_batches(BELOW, 9, 12, 6, [30, 50]), e2e.reasoning_batches(MARKERS, BELOW, 14, 12),
-            e2e.speculative_batches(BELOW, 6, 12)]
+    return [e2e.main_batches(MARKERS, BELOW, 14, 12, 6, [30, 50]), e2e.speculative_batches(BELOW, 6, 12)]
 
 
 @pytest.fixture
@@ -137,8 +136,8 @@ def test_the_batches_cover_every_case_and_are_the_same_each_time(batches):
     again = [batch for engine in engines() for batch in engine]
     assert [b.__dict__ for b in again] == [b.__dict__ for b in batches]
     names = [b.name for b in batches]
-    assert names == ["greedy", "seeded random", "penalties", "no penalty @30", "presence 1.5 @30",
-                     "no penalty @50", "presence 1.5 @50", "thinking budget", "speculative"]
+    assert names == ["greedy", "seeded random", "penalties", "thinking budget", "no penalty @30",
+                     "presence 1.5 @30", "no penalty @50", "presence 1.5 @50", "speculative"]
     assert all(0 <= t < BELOW for b in batches if b.name != "thinking budget" for p in b.prompts for t in p)
     assert len({p["max_tokens"] for p in batches[0].params}) > 1, "equality rows all stop together: no condense"
     penalized = batches[2].params
@@ -149,13 +148,61 @@ def test_the_batches_cover_every_case_and_are_the_same_each_time(batches):
         assert alone, f"no request with {key} alone"
     assert {p["temperature"] for p in penalized} == {0.0, 1.0}
     assert all(p["seed"] is not None for p in batches[1].params)
-    assert [b.timed for b in batches] == [False] * 3 + [True] * 4 + [False] * 2
-    thinking = batches[-2]
+    assert [b.timed for b in batches] == [False] * 4 + [True] * 4 + [False]
+    timed = [b for b in batches if b.timed]
+    assert all(len(b.prompts) == 6 and b.prompts == timed[2 * (i // 2)].prompts for i, b in enumerate(timed))
+    assert all("thinking_token_budget" not in p for b in timed for p in b.params)
+    thinking = batches[3]
     assert {p["thinking_token_budget"] for p in thinking.params} >= {0, None, -1}
     assert sum(p[-1] == MARKERS[0][-1] for p in thinking.prompts) > len(thinking.prompts) // 2
     speculative = batches[-1]
     assert all(p[:4] == p[4:8] for p in speculative.prompts), "ngram lookup needs repeats in the prompt"
     assert {p["temperature"] for p in speculative.params} == {0.0, 1.0}
+
+
+class FakeProcess:
+    """Stands in for `e2e.EngineProcess`: records what the orchestration asks, in order."""
+
+    log: list = []
+
+    def __init__(self, spec, side, hotpaths, repeat, folder, wait_for_timed):
+        self.label, self.side = spec["label"], side
+        self.log.append(("start", self.label, side, wait_for_timed))
+
+    def wait_untimed(self, timeout):
+        self.log.append(("untimed", self.label, self.side))
+
+    def finish(self, timeout):
+        self.log.append(("finish", self.label, self.side))
+        return {"side": self.side}
+
+    def stop(self):
+        pass
+
+
+SPECS = {"main": {"label": "main", "batches": [{"timed": False}, {"timed": True}]},
+         "speculative": {"label": "speculative", "batches": [{"timed": False}]}}
+
+
+def test_side_by_side_engines_start_together_and_time_one_at_a_time(monkeypatch, tmp_path):
+    monkeypatch.setattr(e2e, "EngineProcess", FakeProcess)
+    FakeProcess.log = []
+    results = e2e.run_engines(SPECS, "all", 2, 10, tmp_path, side_by_side=True)
+    assert results == {name: {side: {"side": side} for side in e2e.SIDES} for name in SPECS}
+    starts = [entry for entry in FakeProcess.log if entry[0] == "start"]
+    assert FakeProcess.log[:4] == starts and all(entry[3] for entry in starts)
+    assert FakeProcess.log[4:8] == [("untimed", name, side) for name in SPECS for side in e2e.SIDES]
+    # engines without timed batches are done before any timed batch; upstream is timed first
+    assert FakeProcess.log[8:] == [("finish", "speculative", "upstream"), ("finish", "speculative", "plugin"),
+                                   ("finish", "main", "upstream"), ("finish", "main", "plugin")]
+
+
+def test_engines_of_a_given_model_run_one_after_the_other(monkeypatch, tmp_path):
+    monkeypatch.setattr(e2e, "EngineProcess", FakeProcess)
+    FakeProcess.log = []
+    e2e.run_engines(SPECS, "all", 2, 10, tmp_path, side_by_side=False)
+    assert FakeProcess.log == [entry for name in SPECS for side in e2e.SIDES
+                               for entry in (("start", name, side, False), ("finish", name, side))]
 
 
 def test_marker_ids_are_parsed_or_refused():
@@ -176,7 +223,7 @@ def test_the_dummy_model_has_the_asked_vocabulary(tmp_path):
     (["--lengths", "100,0"], "must be positive"),
     (["--repeat", "0"], "must be positive"),
     (["--think-markers", "5"], "--think-markers takes"),
-    (["--engines", "plain,fast"], "--engines takes some of plain, reasoning, speculative"),
+    (["--engines", "main,fast"], "--engines takes some of main, speculative"),
 ])
 def test_the_command_refuses_clearly(run_cli, args, message):
     result = run_cli("-m", "vllm_hotpaths.cli", "e2e", *args, CUDA_VISIBLE_DEVICES="")

@@ -20,7 +20,7 @@ def _gate(args) -> int:
                     Path(args.report_dir).resolve(), args.fixture_dir, hotpaths=args.hotpath,
                     record_to=plugin.validated_file() if args.record else None,
                     junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None,
-                    fail_on_skip=args.fail_on_skip)
+                    fail_on_skip=args.fail_on_skip, triton_cases_only=args.triton_cases_only)
 
 
 def _forwarded(args) -> list[str]:
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--junit-xml", metavar="PATH", help="also write pytest's JUnit XML report")
     gate.add_argument("--fail-on-skip", action="store_true",
                       help="a skipped row is a failure (CI on a GPU runner with vLLM installed)")
+    gate.add_argument("--triton-cases-only", action="store_true", help=argparse.SUPPRESS)  # the interpreter process
     gate.set_defaults(func=_gate)
     bench = sub.add_parser("bench", help="time reference vs fast, side by side")
     bench.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS))

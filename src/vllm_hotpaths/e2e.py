@@ -3,16 +3,22 @@
 The same batches run through an offline `vllm.LLM` twice, in fresh processes: once with the
 plugin switched off (`VLLM_HOTPATHS=off`: vLLM as upstream ships it) and once with it on. Every
 request's generated ids must be identical between the two; the timed batches also give decode
-throughput side by side. Three engines per side:
-- `plain`: greedy, seeded random and penalized (presence, frequency, repetition) batches for
-  equality, then the timed batches: B requests at each generated length, without penalties and
-  with presence_penalty 1.5 (unseeded temperature 1.0: vLLM's global stream, seeded per engine);
-- `reasoning`: a reasoning config with start/end marker ids and requests with thinking budgets
-  (prompts that end inside a think block, so the budget forces the end marker);
+throughput side by side. Two engines per side:
+- `main`: a reasoning config with start/end marker ids; greedy, seeded random, penalized
+  (presence, frequency, repetition) and thinking-budget batches for equality (the budget
+  requests' prompts mostly end inside a think block, so the budget forces the end marker), then
+  the timed batches: B requests at each generated length, without penalties and with
+  presence_penalty 1.5 (unseeded temperature 1.0: vLLM's global stream, seeded per engine). No
+  timed request has a budget, so vLLM's think-state work stays off for them on both sides;
 - `speculative`: ngram speculative decoding over periodic prompts, greedy and seeded random
   requests with and without presence penalty, so the rejection sampler runs (its penalties and
   its recovered-token sampling).
 Equality requests stop at different lengths, so rows leave the batch and it condenses.
+
+With the dummy model the KV cache size is fixed (no memory profiling that another process could
+disturb), so all engine processes start side by side and run their equality batches together;
+then the timed batches run one process at a time, nothing else running on the GPU (upstream's,
+then the plugin's). With `--model` each process runs alone, one after the other.
 
 Throughput drifts within a process by tens of percent over minutes, so the plugin side runs its
 timed batches `--repeat` times, every other time in reverse order (no penalty, presence, then
@@ -40,10 +46,15 @@ from pathlib import Path
 import numpy as np
 
 DUMMY_VOCAB = 151_936
+DUMMY_CONFIG = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2)
+# K and V per layer and KV head, 4 bytes each (float32 at most)
+DUMMY_KV_BYTES_PER_TOKEN = (2 * DUMMY_CONFIG["num_hidden_layers"] * DUMMY_CONFIG["num_key_value_heads"]
+                            * DUMMY_CONFIG["hidden_size"] // DUMMY_CONFIG["num_attention_heads"] * 4)
 PROMPT_LEN = 16
 DUMMY_MARKERS = ((151_650,), (151_651, 151_652))  # think start / end ids at the vocabulary's top
 SIDES = ("upstream", "plugin")
-ENGINES = ("plain", "reasoning", "speculative")
+ENGINES = ("main", "speculative")
 SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
 # (presence, frequency, repetition): each alone, then together (an odd count, so each mix meets
 # both greedy and seeded requests)
@@ -62,9 +73,7 @@ class Batch:
 def write_dummy_model(folder: Path, vocab_size: int = DUMMY_VOCAB) -> Path:
     from transformers import Qwen2Config
 
-    Qwen2Config(vocab_size=vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2,
-                architectures=["Qwen2ForCausalLM"]).save_pretrained(folder)
+    Qwen2Config(vocab_size=vocab_size, architectures=["Qwen2ForCausalLM"], **DUMMY_CONFIG).save_pretrained(folder)
     return folder
 
 
@@ -83,8 +92,8 @@ def lengths_for(requests: int, tokens: int) -> list[int]:
     return [max(1, tokens - (i % 4) * (tokens // 4)) for i in range(requests)]
 
 
-def plain_batches(below: int, requests: int, tokens: int, batch: int, lengths: list[int]) -> list[Batch]:
-    """Equality batches (greedy, seeded random, penalized), then the timed ones; ids in [0, below)."""
+def equality_batches(below: int, requests: int, tokens: int) -> list[Batch]:
+    """Greedy, seeded random and penalized batches; prompt ids in [0, below)."""
     rng = np.random.default_rng(0)
     base = [dict(max_tokens=n, ignore_eos=True) for n in lengths_for(requests, tokens)]
     penalized = []
@@ -92,16 +101,29 @@ def plain_batches(below: int, requests: int, tokens: int, batch: int, lengths: l
         presence, frequency, repetition = PENALTY_MIXES[i % len(PENALTY_MIXES)]
         penalized.append(dict(base[i], presence_penalty=presence, frequency_penalty=frequency,
                               repetition_penalty=repetition, **alternating(i, 1000)))
-    out = [Batch("greedy", prompts(rng, requests, below), [dict(b, temperature=0.0) for b in base]),
-           Batch("seeded random", prompts(rng, requests, below),
-                 [dict(b, temperature=1.0, seed=1000 + i, top_k=(0, 50)[i % 2]) for i, b in enumerate(base)]),
-           Batch("penalties", prompts(rng, requests, below), penalized)]
+    return [Batch("greedy", prompts(rng, requests, below), [dict(b, temperature=0.0) for b in base]),
+            Batch("seeded random", prompts(rng, requests, below),
+                  [dict(b, temperature=1.0, seed=1000 + i, top_k=(0, 50)[i % 2]) for i, b in enumerate(base)]),
+            Batch("penalties", prompts(rng, requests, below), penalized)]
+
+
+def timed_batches(below: int, batch: int, lengths: list[int]) -> list[Batch]:
+    """At each length, `batch` requests without penalties and the same prompts with presence 1.5."""
+    rng = np.random.default_rng(3)
+    out = []
     for length in lengths:
         timed = prompts(rng, batch, below)
         for name, extra in (("no penalty", {}), ("presence 1.5", {"presence_penalty": 1.5})):
             params = [dict(max_tokens=length, ignore_eos=True, temperature=1.0, **extra)] * batch
             out.append(Batch(f"{name} @{length}", timed, params, timed=True))
     return out
+
+
+def main_batches(markers: tuple, below: int, requests: int, tokens: int, batch: int,
+                 lengths: list[int]) -> list[Batch]:
+    """The main engine's batches: equality ones first, the timed ones last."""
+    return (equality_batches(below, requests, tokens) + reasoning_batches(markers, below, requests, tokens)
+            + timed_batches(below, batch, lengths))
 
 
 def reasoning_batches(markers: tuple, below: int, requests: int, tokens: int) -> list[Batch]:
@@ -147,7 +169,9 @@ def run_order(batches: list[dict], repeat: int) -> list[dict]:
     return batches + [batch for i in range(1, repeat) for batch in (timed[::-1] if i % 2 else timed)]
 
 
-def run_engine(spec: dict) -> dict:
+def run_engine(spec: dict, folder: Path) -> dict:
+    """Start the engine, run the untimed batches, write `folder/untimed`; then (once
+    `folder/go-timed` exists, where the spec says to wait) the timed batches."""
     import torch
     import vllm
     from vllm import LLM, SamplingParams
@@ -175,21 +199,42 @@ def run_engine(spec: dict) -> dict:
         llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3, 4])] * width,
                      SamplingParams(max_tokens=32, ignore_eos=True, temperature=1.0, **extra), use_tqdm=False)
     drafts_before = draft_counts(llm) if spec.get("speculative") else None
-    for batch in run_order(spec["batches"], spec.get("repeat", 1)):
-        requests = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
-        params = [SamplingParams(**p) for p in batch["params"]]
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        outputs = llm.generate(requests, params, use_tqdm=False)
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-        ran = result["batches"].setdefault(batch["name"], {"seconds": [], "tokens": []})
-        ran["seconds"].append(seconds)
-        ran["tokens"].append(sum(len(o.outputs[0].token_ids) for o in outputs))
-        ran.setdefault("ids", [list(o.outputs[0].token_ids) for o in outputs])  # the first run's
+    order = run_order(spec["batches"], spec.get("repeat", 1))
+    untimed = [batch for batch in order if not batch["timed"]]
+    timed = [batch for batch in order if batch["timed"]]
+    for batch in untimed:
+        run_batch(llm, batch, result["batches"])
     if drafts_before is not None:
         result["drafts"] = [None if None in pair else pair[1] - pair[0] for pair in zip(drafts_before, draft_counts(llm))]
+    Path(folder, "untimed").touch()
+    if timed and spec.get("wait_for_timed"):
+        parent = os.getppid()
+        while not Path(folder, "go-timed").exists():
+            if os.getppid() != parent:  # the parent is gone: nobody will read the result
+                raise SystemExit("e2e engine: the parent process exited")
+            time.sleep(0.2)
+    for batch in timed:
+        run_batch(llm, batch, result["batches"])
     return result
+
+
+def run_batch(llm, batch: dict, results: dict) -> None:
+    """Generate one batch, timed to GPU completion; the first run's ids are kept."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    requests = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
+    params = [SamplingParams(**p) for p in batch["params"]]
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    outputs = llm.generate(requests, params, use_tqdm=False)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    ran = results.setdefault(batch["name"], {"seconds": [], "tokens": []})
+    ran["seconds"].append(seconds)
+    ran["tokens"].append(sum(len(o.outputs[0].token_ids) for o in outputs))
+    ran.setdefault("ids", [list(o.outputs[0].token_ids) for o in outputs])
 
 
 def draft_counts(llm) -> list[int | None]:
@@ -198,29 +243,92 @@ def draft_counts(llm) -> list[int | None]:
     return [counters.get(f"vllm:spec_decode_num_{kind}_tokens") for kind in ("draft", "accepted")]
 
 
-def in_subprocess(spec: dict, side: str, hotpaths: str, timeout: float, repeat: int) -> dict:
-    """One engine's results, from a fresh process: the plugin off (upstream) or as `hotpaths` selects;
-    the plugin side runs its timed batches `repeat` times."""
-    with tempfile.TemporaryDirectory() as tmp:
-        spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
-        spec_path.write_text(json.dumps(dict(spec, repeat=1 if side == "upstream" else repeat)))
+# -- engine processes -------------------------------------------------------------------------
+class EngineProcess:
+    """One engine in a fresh process: the plugin off (upstream) or as `hotpaths` selects; the
+    plugin side runs its timed batches `repeat` times. Files in `folder`: the spec, the process's
+    log, its `untimed` marker, the `go-timed` signal and the result."""
+
+    def __init__(self, spec: dict, side: str, hotpaths: str, repeat: int, folder: Path,
+                 wait_for_timed: bool) -> None:
+        self.label, self.side, self.folder = spec["label"], side, folder
+        folder.mkdir(parents=True)
+        Path(folder, "spec.json").write_text(json.dumps(dict(
+            spec, repeat=1 if side == "upstream" else repeat, wait_for_timed=wait_for_timed)))
         env = dict(os.environ, VLLM_HOTPATHS="off" if side == "upstream" else hotpaths,
                    VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_USE_FLASHINFER_SAMPLER="0")
-        print(f"e2e: {spec['label']} engine, {side} ...", flush=True)
-        start = time.perf_counter()
-        try:
-            done = subprocess.run([sys.executable, "-m", "vllm_hotpaths.e2e", "--engine-spec", str(spec_path),
-                                   "--engine-result", str(out_path)], env=env, timeout=timeout,
-                                  capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            raise SystemExit(f"e2e: the {spec['label']} engine ({side}) ran past {timeout:.0f} s")
-        if done.returncode != 0:
-            raise SystemExit(f"e2e: the {spec['label']} engine ({side}) failed (exit {done.returncode}):\n"
-                             f"{done.stderr[-4000:]}")
-        result = json.loads(out_path.read_text())
-        print(f"e2e: {spec['label']} engine, {side}: {time.perf_counter() - start:.0f} s "
-              f"(engine start {result['startup_s']:.0f} s)", flush=True)
+        print(f"e2e: {self.label} engine, {side}: starting", flush=True)
+        self.began = time.perf_counter()
+        with open(folder / "log.txt", "w") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "vllm_hotpaths.e2e", "--engine-dir", str(folder)],
+                                            env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def _wait(self, done, what: str, timeout: float) -> None:
+        deadline = time.perf_counter() + timeout
+        while not done():
+            if self.process.poll() is not None:
+                self._failed(what)
+            if time.perf_counter() > deadline:
+                self.process.kill()
+                raise SystemExit(f"e2e: the {self.label} engine ({self.side}) took over {timeout:.0f} s for {what}")
+            time.sleep(0.2)
+
+    def _failed(self, what: str):
+        log = Path(self.folder, "log.txt").read_text(errors="replace")
+        raise SystemExit(f"e2e: the {self.label} engine ({self.side}) failed (exit {self.process.returncode}) "
+                         f"before {what}:\n{log[-4000:]}")
+
+    def wait_untimed(self, timeout: float) -> None:
+        """Until its engine is up and its untimed batches are done."""
+        self._wait(Path(self.folder, "untimed").exists, "the end of its untimed batches", timeout)
+        print(f"e2e: {self.label} engine, {self.side}: untimed batches done "
+              f"({time.perf_counter() - self.began:.0f} s)", flush=True)
+
+    def finish(self, timeout: float) -> dict:
+        """Let it run its timed batches; its result once it has exited."""
+        Path(self.folder, "go-timed").touch()
+        started = time.perf_counter()
+        self._wait(lambda: self.process.poll() is not None, "the end of its batches", timeout)
+        if self.process.returncode != 0:
+            self._failed("writing its result")
+        result = json.loads(Path(self.folder, "result.json").read_text())
+        print(f"e2e: {self.label} engine, {self.side}: done (engine start {result['startup_s']:.0f} s; "
+              f"{time.perf_counter() - started:.0f} s since its go)", flush=True)
         return result
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def run_engines(specs: dict[str, dict], hotpaths: str, repeat: int, timeout: float, root: Path,
+                side_by_side: bool) -> dict[str, dict[str, dict]]:
+    """engine name -> side -> result. Side by side: every process starts at once and runs its
+    untimed batches; then the timed batches run one process at a time, upstream's first, with
+    every other process idle or gone. Otherwise each process runs alone, one after the other."""
+    results: dict[str, dict[str, dict]] = {name: {} for name in specs}
+    processes: list[EngineProcess] = []
+    try:
+        if side_by_side:
+            for name, spec in specs.items():
+                for side in SIDES:
+                    processes.append(EngineProcess(spec, side, hotpaths, repeat, root / f"{name}-{side}", True))
+            for process in processes:
+                process.wait_untimed(timeout)
+            untimed_only = [p for p in processes if not any(b["timed"] for b in specs[p.label]["batches"])]
+            for process in untimed_only + [p for p in processes if p not in untimed_only]:
+                results[process.label][process.side] = process.finish(timeout)
+        else:
+            for name, spec in specs.items():
+                for side in SIDES:
+                    process = EngineProcess(spec, side, hotpaths, repeat, root / f"{name}-{side}", False)
+                    processes.append(process)
+                    results[name][side] = process.finish(timeout)
+    finally:
+        for process in processes:
+            process.stop()
+    return results
 
 
 # -- comparison and report --------------------------------------------------------------------
@@ -342,23 +450,25 @@ def run(args) -> int:
         if max(markers[0] + markers[1]) >= vocab:
             print(f"e2e: marker ids {markers} are outside the model's vocabulary ({vocab})", file=sys.stderr)
             return 2
+        max_model_len = PROMPT_LEN + len(markers[0]) + max(lengths + [args.tokens]) + 16
+        max_num_seqs = max(args.batch, args.requests)
         engine = dict(model=str(model), skip_tokenizer_init=True, enforce_eager=True, seed=0,
                       attention_config={"backend": "TRITON_ATTN"}, gpu_memory_utilization=args.gpu_memory,
-                      max_num_seqs=max(args.batch, args.requests),
-                      max_model_len=PROMPT_LEN + len(markers[0]) + max(lengths + [args.tokens]) + 16)
-        if not args.model:
-            engine["load_format"] = "dummy"
+                      max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+        if not args.model:  # twice what every sequence at full length needs: no preemption
+            engine.update(load_format="dummy",
+                          kv_cache_memory_bytes=2 * max_num_seqs * max_model_len * DUMMY_KV_BYTES_PER_TOKEN)
         below = min(markers[0] + markers[1])  # prompt ids stay below every marker id
-        built = {"plain": (plain_batches(below, args.requests, args.tokens, args.batch, lengths), {}),
-                 "reasoning": (reasoning_batches(markers, below, args.requests, args.tokens),
-                               {"think_markers": markers}),
+        built = {"main": (main_batches(markers, below, args.requests, args.tokens, args.batch, lengths),
+                          {"think_markers": markers}),
                  "speculative": (speculative_batches(below, args.requests, args.tokens), {"speculative": True})}
-        rows, sides = [], {}
-        for name in engines:
-            batches, extra = built[name]
-            spec = dict(extra, label=name, engine=engine, batches=[b.__dict__ for b in batches])
-            sides = {side: in_subprocess(spec, side, args.hotpaths, args.timeout, args.repeat) for side in SIDES}
-            rows += compare(batches, sides["upstream"], sides["plugin"], markers)
+        specs = {name: dict(built[name][1], label=name, engine=engine,
+                            batches=[b.__dict__ for b in built[name][0]]) for name in engines}
+        results = run_engines(specs, args.hotpaths, args.repeat, args.timeout, Path(tmp, "engines"),
+                              side_by_side=not args.model)
+    rows = [row for name in engines
+            for row in compare(built[name][0], results[name]["upstream"], results[name]["plugin"], markers)]
+    sides = results[engines[0]]
     text, ok = report(rows, sides["upstream"], sides["plugin"], lengths)
     print(text)
     if args.json:
@@ -382,13 +492,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=256, help="generated tokens in each equality batch")
     parser.add_argument("--hotpaths", default="all", help="VLLM_HOTPATHS for the plugin side")
     parser.add_argument("--gpu-memory", type=float, default=0.4, help="vLLM's gpu_memory_utilization")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds one engine process may take")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds an engine process may take to start and run its untimed batches, "
+                             "and again for its timed batches")
     parser.add_argument("--json", help="write the rows as JSON")
 
 
-if __name__ == "__main__":  # one engine, in the process `in_subprocess` starts
+if __name__ == "__main__":  # one engine, in the process `EngineProcess` starts
     parser = argparse.ArgumentParser()
-    parser.add_argument("--engine-spec", required=True)
-    parser.add_argument("--engine-result", required=True)
-    ns = parser.parse_args()
-    Path(ns.engine_result).write_text(json.dumps(run_engine(json.loads(Path(ns.engine_spec).read_text()))))
+    parser.add_argument("--engine-dir", required=True, type=Path)
+    folder = parser.parse_args().engine_dir
+    result = run_engine(json.loads(Path(folder, "spec.json").read_text()), folder)
+    Path(folder, "result.tmp").write_text(json.dumps(result))
+    Path(folder, "result.tmp").replace(Path(folder, "result.json"))

@@ -119,8 +119,9 @@ def table(rows: list[Row]) -> str:
 
 
 def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths, junit_xml):
-    """(exit code, report rows) of a gate process over the Triton hot paths with
-    TRITON_INTERPRET=1, or None where this process already interprets (no GPU) or none is chosen."""
+    """(exit code, report rows) of a gate process over the Triton cases (marked `triton`) of the
+    hot paths with Triton kernels, with TRITON_INTERPRET=1; None where this process already
+    interprets (no GPU) or no such hot path is chosen."""
     import torch
 
     names = [n for n in (hotpaths or registry.HOTPATHS) if registry.get(n).triton]
@@ -128,7 +129,7 @@ def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, h
         return None
     with tempfile.TemporaryDirectory() as report_dir:
         cmd = [sys.executable, "-m", "vllm_hotpaths.cli", "gate", "--profile", profile,
-               "--report-dir", report_dir]
+               "--report-dir", report_dir, "--triton-cases-only"]
         cmd += [arg for name in names for arg in ("--hotpath", name)]
         cmd += [arg for impl in impls for arg in ("--impl", impl)]
         cmd += (["--require-vllm"] if require_vllm else []) + (["-n", workers] if workers else [])
@@ -188,7 +189,7 @@ def in_environment(version: str, gate_args: list[str], root: Path = fixtures.REP
 def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], workers: str | None,
         report_dir: Path, fixture_dir: str | None = None, root: Path = fixtures.REPO,
         hotpaths: list[str] | None = None, record_to: Path | None = None,
-        junit_xml: Path | None = None, fail_on_skip: bool = False) -> int:
+        junit_xml: Path | None = None, fail_on_skip: bool = False, triton_cases_only: bool = False) -> int:
     version = vllm_env.installed_version()
     print(f"vllm-hotpaths gate: profile {profile}, vLLM {version or 'not installed'}", flush=True)
     if require_vllm and version is None:
@@ -196,7 +197,8 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
         return 2
     targets = [str(root / "properties" / f"test_{name}.py") for name in hotpaths] if hotpaths \
         else [str(root / "properties")]
-    args = [*targets, "-q", "-p", "no:cacheprovider", "-m", "check",
+    # The interpreter process of a GPU machine's gate runs only the cases that need it.
+    args = [*targets, "-q", "-p", "no:cacheprovider", "-m", "check and triton" if triton_cases_only else "check",
             "--hypothesis-profile", profile, f"--rootdir={root}", "--no-header", "-rfE"]
     if require_cuda:
         args.append("--require-cuda")
@@ -210,8 +212,11 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
         args += [f"--junitxml={junit_xml}"]
     plugin = GatePlugin()
     code = pytest.main(args, plugins=[plugin])
-    interpreted = _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths,
-                                         junit_xml.with_name(f"{junit_xml.stem}-interpreted.xml") if junit_xml else None)
+    interpreted = None
+    if not triton_cases_only:
+        interpreted = _interpreted_cpu_cases(
+            profile, require_vllm, impls, workers, fixture_dir, hotpaths,
+            junit_xml.with_name(f"{junit_xml.stem}-interpreted.xml") if junit_xml else None)
     if interpreted is not None:
         child_code, child_rows = interpreted
         code = code if child_code in (0, 5) else child_code

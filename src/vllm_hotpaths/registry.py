@@ -180,6 +180,7 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.penalties.live:LivePenalties",
         live_kernels="vllm_hotpaths.penalties.live:LiveRepetitionOp",
         bench="vllm_hotpaths.penalties.bench:run",
+        triton=True,
         patch="vllm_hotpaths.penalties.patch:install",
     ),
     "think_budget": HotPath(

@@ -16,7 +16,8 @@ Row identity decides what the staging row can vouch for:
   rebuilt from the list, exactly as the reference does.
 The steady decode step (every row the list it mirrored, unchanged in place, one token longer) is
 recognised with a few whole-batch checks and written without a per-row Python loop.
-The penalty arithmetic itself is upstream's (shared with the reference).
+The penalty arithmetic is upstream's: on contiguous CUDA logits in two fused kernels (`fused`),
+elsewhere the reference's torch code.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from vllm_hotpaths.penalties import fused
 from vllm_hotpaths.penalties.reference import InvalidTokenId, apply_penalties_, check_logits, token_array
 from vllm_hotpaths.tracked_list import UNCHANGED, TrackedTokenList
 
@@ -45,6 +47,9 @@ class IncrementalPenalties:
         self._synced: list[int] = [0] * rows  # leading columns holding list content; V after
         self._home: dict[int, int] = {}  # id(owned list) -> its staging row
         self._key = next(_WATCHER_KEYS)
+        self._counts = torch.zeros(0, dtype=torch.int32, device=self.device)  # fused kernels' scratch
+        self._pinned: torch.Tensor | None = None  # host side of each step's copy to a CUDA device
+        self._copied = None  # CUDA event: the last copy out of `_pinned` is done
 
     # -- capacity ---------------------------------------------------------------------------
     def _grow(self, rows: int, cols: int) -> None:
@@ -161,10 +166,25 @@ class IncrementalPenalties:
             return
         if self.device.type == "cpu":
             self._staging.numpy()[val_rows, val_cols] = values
+            return
+        n = len(values)
+        host = self._host_buffer(3 * n)
+        host[:n], host[n:2 * n], host[2 * n:3 * n] = val_rows, val_cols, values
+        packed = self._pinned[:3 * n].to(self.device, non_blocking=True)
+        self._copied.record(torch.cuda.current_stream(self.device))
+        self._staging.index_put_((packed[:n], packed[n:2 * n]), packed[2 * n:])
+
+    def _host_buffer(self, size: int) -> np.ndarray:
+        """Pinned host memory for the next copy: a copy from pageable memory may wait for the
+        device's queue, one from pinned memory does not. Refilled only once its last copy is done."""
+        if self._pinned is None or self._pinned.numel() < size:
+            # the old buffer may still be copying: PyTorch keeps it until that copy is done
+            grown = 2 * self._pinned.numel() if self._pinned is not None else 1024
+            self._pinned = torch.empty(max(size, grown), dtype=torch.int64, pin_memory=True)
+            self._copied = torch.cuda.Event()
         else:
-            packed = torch.from_numpy(np.array([val_rows, val_cols, values], dtype=np.int64))
-            packed = packed.to(self.device, non_blocking=True)
-            self._staging.index_put_((packed[0], packed[1]), packed[2])
+            self._copied.synchronize()
+        return self._pinned.numpy()
 
     def _checked_values(self, vals: list, val_rows: list[int], val_cols: list[int]) -> np.ndarray | None:
         """New values as int64 with -1 mapped to the pad; raises like the reference on bad ids."""
@@ -200,4 +220,13 @@ class IncrementalPenalties:
     def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
         check_logits(logits, self.vocab_size)
         tokens = self.output_tokens(rows)
-        return apply_penalties_(logits, prompt_tokens, tokens, presence, frequency, repetition)
+        args = (logits, prompt_tokens, tokens, presence, frequency, repetition)
+        if fused.fits(*args):
+            return fused.apply_penalties(*args, self.counts_scratch(logits.numel()))
+        return apply_penalties_(*args)
+
+    def counts_scratch(self, size: int) -> torch.Tensor:
+        """The fused kernels' all-zero int32 scratch, at least `size` elements."""
+        if self._counts.numel() < size:
+            self._counts = torch.zeros(size, dtype=torch.int32, device=self.device)
+        return self._counts

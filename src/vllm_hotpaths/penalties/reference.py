@@ -82,17 +82,24 @@ def token_bins(tokens: torch.Tensor, vocab_size: int, num_rows: int) -> tuple[to
 def repetition_penalty_(logits: torch.Tensor, prompt_mask: torch.Tensor, output_mask: torch.Tensor,
                         penalties: torch.Tensor) -> None:
     """Upstream's repetition step, with the arithmetic upstream picks for this tensor."""
-    repeated = prompt_mask | output_mask
     if logits.is_cuda and logits.is_contiguous():
-        # The CUDA op: divide positive penalized logits, multiply the others; unpenalized untouched.
-        p = penalties.unsqueeze(1)
-        penalized = torch.where(logits > 0, logits / p, logits * p)
-        logits.copy_(torch.where(repeated, penalized, logits))
+        compiled_op_repetition_(logits, prompt_mask, output_mask, penalties)
     else:
-        # The torch fallback: every entry is scaled, by exactly 1.0 where not penalized.
-        per_entry = penalties.unsqueeze(1).repeat(1, logits.size(1))
-        per_entry = torch.where(repeated, per_entry, 1.0)
-        logits *= torch.where(logits > 0, 1.0 / per_entry, per_entry)
+        torch_fallback_repetition_(logits, prompt_mask, output_mask, penalties)
+
+
+def compiled_op_repetition_(logits, prompt_mask, output_mask, penalties) -> None:
+    """vLLM's CUDA op: divide positive penalized logits, multiply the others; unpenalized untouched."""
+    p = penalties.unsqueeze(1)
+    penalized = torch.where(logits > 0, logits / p, logits * p)
+    logits.copy_(torch.where(prompt_mask | output_mask, penalized, logits))
+
+
+def torch_fallback_repetition_(logits, prompt_mask, output_mask, penalties) -> None:
+    """vLLM's torch fallback: every entry is scaled, by exactly 1.0 where not penalized."""
+    per_entry = penalties.unsqueeze(1).repeat(1, logits.size(1))
+    per_entry = torch.where(prompt_mask | output_mask, per_entry, 1.0)
+    logits *= torch.where(logits > 0, 1.0 / per_entry, per_entry)
 
 
 def apply_penalties_(
