@@ -48,8 +48,6 @@ class IncrementalPenalties:
         self._home: dict[int, int] = {}  # id(owned list) -> its staging row
         self._key = next(_WATCHER_KEYS)
         self._counts = torch.zeros(0, dtype=torch.int32, device=self.device)  # fused kernels' scratch
-        self._pinned: torch.Tensor | None = None  # host side of each step's copy to a CUDA device
-        self._copied = None  # CUDA event: the last copy out of `_pinned` is done
 
     # -- capacity ---------------------------------------------------------------------------
     def _grow(self, rows: int, cols: int) -> None:
@@ -167,24 +165,9 @@ class IncrementalPenalties:
         if self.device.type == "cpu":
             self._staging.numpy()[val_rows, val_cols] = values
             return
-        n = len(values)
-        host = self._host_buffer(3 * n)
-        host[:n], host[n:2 * n], host[2 * n:3 * n] = val_rows, val_cols, values
-        packed = self._pinned[:3 * n].to(self.device, non_blocking=True)
-        self._copied.record(torch.cuda.current_stream(self.device))
-        self._staging.index_put_((packed[:n], packed[n:2 * n]), packed[2 * n:])
-
-    def _host_buffer(self, size: int) -> np.ndarray:
-        """Pinned host memory for the next copy: a copy from pageable memory may wait for the
-        device's queue, one from pinned memory does not. Refilled only once its last copy is done."""
-        if self._pinned is None or self._pinned.numel() < size:
-            # the old buffer may still be copying: PyTorch keeps it until that copy is done
-            grown = 2 * self._pinned.numel() if self._pinned is not None else 1024
-            self._pinned = torch.empty(max(size, grown), dtype=torch.int64, pin_memory=True)
-            self._copied = torch.cuda.Event()
-        else:
-            self._copied.synchronize()
-        return self._pinned.numpy()
+        packed = torch.from_numpy(np.array([val_rows, val_cols, values], dtype=np.int64))
+        packed = packed.to(self.device, non_blocking=True)
+        self._staging.index_put_((packed[0], packed[1]), packed[2])
 
     def _checked_values(self, vals: list, val_rows: list[int], val_cols: list[int]) -> np.ndarray | None:
         """New values as int64 with -1 mapped to the pad; raises like the reference on bad ids."""
