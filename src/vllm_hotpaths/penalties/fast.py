@@ -203,13 +203,15 @@ class IncrementalPenalties:
     def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
         check_logits(logits, self.vocab_size)
         tokens = self.output_tokens(rows)
-        args = (logits, prompt_tokens, tokens, presence, frequency, repetition)
-        if fused.fits(*args):
-            return fused.apply_penalties(*args, self.counts_scratch(logits.numel()))
-        return apply_penalties_(*args)
+        return self.penalize(logits, prompt_tokens, tokens, presence, frequency, repetition)
 
-    def counts_scratch(self, size: int) -> torch.Tensor:
-        """The fused kernels' all-zero int32 scratch, at least `size` elements."""
-        if self._counts.numel() < size:
-            self._counts = torch.zeros(size, dtype=torch.int32, device=self.device)
-        return self._counts
+    def penalize(self, logits, prompt_tokens, output_tokens, presence, frequency, repetition,
+                 fallback=apply_penalties_) -> torch.Tensor:
+        """Upstream's `apply_penalties` on the built tensor: the fused kernels where they fit,
+        else `fallback` (the reference's torch code, or the plugin's upstream function)."""
+        args = (logits, prompt_tokens, output_tokens, presence, frequency, repetition)
+        if not fused.fits(*args):
+            return fallback(*args)
+        if self._counts.numel() < logits.numel():  # the kernels' all-zero int32 scratch
+            self._counts = torch.zeros(logits.numel(), dtype=torch.int32, device=self.device)
+        return fused.apply_penalties(*args, self._counts)

@@ -4,10 +4,10 @@ Two replacements:
 - `InputBatch.add_request` first turns the request's output list into a `TrackedTokenList`
   (`tracked_outputs`), so the fast builder can update each staging row from its change mark;
 - `apply_all_penalties`, as the v1 sampler and the rejection sampler call it, builds the padded
-  output-token tensor with `IncrementalPenalties.output_tokens`, then penalizes with the fused
-  kernels (`fused`: upstream's arithmetic on contiguous CUDA logits) or, for any other logits,
-  with upstream's own `apply_penalties`. Each caller keeps its own staging rows (the rejection
-  sampler's rows are outputs combined with drafts).
+  output-token tensor with `IncrementalPenalties.output_tokens`, then penalizes with
+  `IncrementalPenalties.penalize`: the fused kernels (upstream's arithmetic on contiguous CUDA
+  logits) or, for any other logits, upstream's own `apply_penalties`. Each caller keeps its own
+  staging rows (the rejection sampler's rows are outputs combined with drafts).
 
 Rows it cannot vouch for are rebuilt from the list, as upstream does (plain lists, lists seen
 twice); a step with an id outside [-1, V] goes to upstream's function as a whole.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 
 from vllm_hotpaths import tracked_outputs, vllm_env
-from vllm_hotpaths.penalties import fused
 from vllm_hotpaths.penalties.fast import IncrementalPenalties
 from vllm_hotpaths.penalties.reference import InvalidTokenId
 
@@ -45,11 +44,8 @@ def incremental_apply_all_penalties(upstream):
         except InvalidTokenId:  # the builder refuses before changing its rows
             return upstream(logits, prompt_token_ids, presence_penalties, frequency_penalties,
                             repetition_penalties, output_token_ids)
-        args = (logits, prompt_token_ids, output_tokens, presence_penalties, frequency_penalties,
-                repetition_penalties)
-        if fused.fits(*args):
-            return fused.apply_penalties(*args, builder.counts_scratch(logits.numel()))
-        return penalties.apply_penalties(*args)
+        return builder.penalize(logits, prompt_token_ids, output_tokens, presence_penalties,
+                                frequency_penalties, repetition_penalties, fallback=penalties.apply_penalties)
 
     return apply_all_penalties
 
