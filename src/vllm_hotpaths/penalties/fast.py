@@ -148,11 +148,10 @@ class IncrementalPenalties:
         lengths = list(map(len, rows))
         if list(map(operator.sub, lengths, synced)).count(1) != num_rows:
             return None
-        val_rows = range(num_rows)
-        values = self._checked_values(list(map(operator.itemgetter(-1), rows)), val_rows, synced)
+        values = self._checked_values(list(map(operator.itemgetter(-1), rows)), range(num_rows), synced)
         max_len = max(lengths)
         self._grow(num_rows, max_len)
-        self._write(val_rows, synced, values)
+        self._write_one_per_row(synced, values)
         self._synced[:num_rows] = lengths
         for lst in rows:
             lst._marks[key] = UNCHANGED
@@ -168,6 +167,15 @@ class IncrementalPenalties:
         packed = torch.from_numpy(np.array([val_rows, val_cols, values], dtype=np.int64))
         packed = packed.to(self.device, non_blocking=True)
         self._staging.index_put_((packed[0], packed[1]), packed[2])
+
+    def _write_one_per_row(self, cols: list[int], values: np.ndarray) -> None:
+        """staging[r, cols[r]] = values[r] for r < len(cols): the steady step's write, one
+        column per row (a scatter along rows, cheaper on the host than a two-index put)."""
+        if self.device.type == "cpu":
+            self._staging.numpy()[np.arange(len(cols)), cols] = values
+            return
+        packed = torch.from_numpy(np.array((cols, values), dtype=np.int64)).to(self.device, non_blocking=True)
+        self._staging[: len(cols)].scatter_(1, packed[0, :, None], packed[1, :, None])
 
     def _checked_values(self, vals: list, val_rows: list[int], val_cols: list[int]) -> np.ndarray | None:
         """New values as int64 with -1 mapped to the pad; raises like the reference on bad ids."""
