@@ -10,13 +10,16 @@ import pytest
 import torch
 from hypothesis import given
 
-from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun, PoisonedProgram,
-                                  invalid_id_cases, note, penalties_programs, poisoned_programs)
+from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun, PoisonedProgram, RepairCase,
+                                  invalid_id_cases, note, penalties_programs, poisoned_programs, repair_cases)
 from vllm_hotpaths import fixtures, registry, vllm_env
 from vllm_hotpaths.bits import assert_same_bits
 from vllm_hotpaths.ledger import check_conformance
 from vllm_hotpaths.penalties import InvalidTokenId, fused
-from vllm_hotpaths.penalties.reference import apply_penalties_, compiled_op_repetition_
+from vllm_hotpaths.penalties.fast import repair_placeholders_in_bulk
+from vllm_hotpaths.penalties.reference import (REPAIR_SINCE, apply_penalties_, compiled_op_repetition_,
+                                               repair_placeholders)
+from vllm_hotpaths.tracked_outputs import INPUT_BATCH
 
 HOTPATH = registry.get("penalties")
 pytestmark = pytest.mark.hotpath("penalties")
@@ -187,3 +190,58 @@ def test_vllm_rejects_what_the_reference_rejects(case, case_log):
         reference.apply_all_penalties(logits.clone(), prompt, ones, ones, ones, rows)
     with pytest.raises((RuntimeError, IndexError, OverflowError, ValueError)):
         live.apply_all_penalties(logits.clone(), prompt, ones, ones, ones, rows)
+
+
+# -- the async placeholder repair ---------------------------------------------------------------
+def installed_repair_rule_differs() -> str | None:
+    version = vllm_env.installed_version()
+    if registry.version_key(version) < registry.version_key(REPAIR_SINCE):
+        return f"vLLM {version} repairs from a list's first -1 (the trailing-run rule is from {REPAIR_SINCE})"
+    return None
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.implementation("bulk placeholder repair")
+@fixtures.replayed("penalties", RepairCase, "case")
+@given(case=repair_cases())
+def test_bulk_repair_matches_reference(case, case_log):
+    """The bulk repair leaves every list, its type and its watchers' marks as the reference's
+    loop does, waits for the previous step's copy as often (0 or 1 times) and raises the same."""
+    case_log.record(case)
+    assert case.outcome(repair_placeholders_in_bulk) == case.outcome(repair_placeholders)
+
+
+@pytest.mark.check("conformance")
+@pytest.mark.needs_vllm
+@fixtures.replayed("penalties", RepairCase, "case")
+@given(case=repair_cases())
+def test_repair_reference_matches_installed_vllm(case, case_log):
+    """The reference repair == the installed vLLM's `InputBatch.update_async_output_token_ids`,
+    run unbound on the same stand-in: lists, marks, waits and errors."""
+    if reason := installed_repair_rule_differs():
+        pytest.skip(reason)
+    case_log.record(case)
+    upstream = vllm_env.import_vllm(INPUT_BATCH).InputBatch.update_async_output_token_ids
+    assert case.outcome(repair_placeholders) == case.outcome(upstream)
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.needs_vllm
+@pytest.mark.implementation("plugin patch")
+@pytest.mark.plugin_patch
+@fixtures.replayed("penalties", RepairCase, "case")
+@given(case=repair_cases())
+def test_patched_repair_matches_upstream(case, case_log):
+    """With the plugin's patch installed, `InputBatch.update_async_output_token_ids` == upstream's."""
+    if reason := installed_repair_rule_differs():
+        pytest.skip(reason)
+    from vllm_hotpaths.penalties import patch
+
+    case_log.record(case)
+    patch.install()
+    try:
+        patched = vllm_env.import_vllm(INPUT_BATCH).InputBatch.update_async_output_token_ids
+        assert patched is not patch.UPSTREAM["update_async_output_token_ids"]
+        assert case.outcome(patched) == case.outcome(patch.UPSTREAM["update_async_output_token_ids"])
+    finally:
+        patch.uninstall()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Iterator
 
 import numpy as np
@@ -44,6 +45,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from vllm_hotpaths.batch import TokenBatch
+from vllm_hotpaths.tracked_list import TrackedTokenList
 
 SPECIAL_LOGITS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 1e-40, -1e-40,
                   3.4e38, -3.4e38, 1.0, -1.0)
@@ -220,6 +222,96 @@ def invalid_id_cases(draw) -> InvalidIdCase:
                          st.sampled_from([-2, vocab + 1])))
     return InvalidIdCase(vocab, rows, draw(st.integers(0, 3)), draw(st.integers(0, 5)), bad)
 
+
+
+@dataclass(frozen=True)
+class RepairCase:
+    """One call of vLLM's async placeholder repair (`update_async_output_token_ids`) on a batch:
+    output lists (`TrackedTokenList`s where `tracked`, watched by two keys, the second marked at
+    index `marks[r] % len` when not None), the previous step's row of each request (`previous`,
+    None: not in the previous step; an index past `sampled` is an error upstream too) and the
+    ids sampled then (`sampled`: one row per previous request, -1 after its valid ids)."""
+
+    rows: tuple[tuple[int, ...], ...]
+    tracked: tuple[bool, ...]
+    marks: tuple[int | None, ...]
+    previous: tuple[int | None, ...]
+    sampled: tuple[tuple[int, ...], ...]
+
+    def batch(self):
+        """A stand-in holding what the repair reads, and the list its event's waits go to."""
+        outputs = [TrackedTokenList(row) if tracked else list(row) for row, tracked in zip(self.rows, self.tracked)]
+        for output, mark in zip(outputs, self.marks):
+            if type(output) is TrackedTokenList:
+                output.watch(1)
+                output.watch(2)
+                if mark is not None and output:
+                    output[mark % len(output)] = output[mark % len(output)]  # lowers both marks
+                    output.watch(1)
+        waits: list[int] = []
+        batch = SimpleNamespace(
+            sampling_metadata=SimpleNamespace(output_token_ids=outputs),
+            sampled_token_ids_cpu=torch.tensor(self.sampled, dtype=torch.int64).reshape(len(self.sampled), -1),
+            async_copy_ready_event=SimpleNamespace(synchronize=lambda: waits.append(1)),
+            prev_req_id_to_index={f"r{r}": p for r, p in enumerate(self.previous) if p is not None},
+            req_ids=[f"r{r}" for r in range(len(self.rows))])
+        return batch, waits
+
+    def outcome(self, repair) -> tuple:
+        """What `repair(batch)` leaves: each list's type, ids and marks, how often it waited for
+        the previous step's copy, and the error it raised (type and message) if any."""
+        batch, waits = self.batch()
+        try:
+            repair(batch)
+            error = None
+        except Exception as err:  # compared, not hidden: both sides must raise the same
+            error = (type(err).__name__, str(err))
+        lists = [(type(o).__name__, list(o), dict(getattr(o, "_marks", {})))
+                 for o in batch.sampling_metadata.output_token_ids]
+        return lists, len(waits), error
+
+
+@st.composite
+def repair_cases(draw) -> RepairCase:
+    """Half the cases are a steady decode step (one placeholder per list, one valid id sampled per
+    request, every request in the previous step), or one with a single request off it (its
+    sample discarded, two placeholders, nothing but a placeholder, new to the batch); the rest
+    mix runs of placeholders, interior -1, wider sampled rows, new requests and bad indices."""
+    n = draw(st.integers(1, 5))
+    ids = st.integers(0, 9)
+    steady = draw(st.booleans())
+    if steady:
+        rows = [draw(st.lists(ids, min_size=1, max_size=5)) + [-1] for _ in range(n)]
+        width = 1
+        previous = list(draw(st.permutations(range(n + draw(st.integers(0, 2)))))[:n])
+        sampled = [[draw(ids)] for _ in range(max(previous) + 1)]
+        # One request off the usual step, or none: each must take the step off the bulk path.
+        odd, r = draw(st.sampled_from([None, "discarded", "longer run", "only a placeholder", "new"])), 0
+        if odd is not None:
+            r = draw(st.integers(0, n - 1))
+            note(f"steady but one request: {odd}")
+        if odd == "discarded":
+            sampled[previous[r]] = [-1]
+        elif odd == "longer run":
+            rows[r].append(-1)
+        elif odd == "only a placeholder":
+            rows[r] = [-1]
+        elif odd == "new":
+            previous[r] = None
+    else:
+        rows = [draw(st.lists(st.one_of(ids, st.just(-1)), max_size=5)) + [-1] * draw(st.integers(0, 3))
+                for _ in range(n)]
+        width = draw(st.integers(1, 3))
+        count = n + draw(st.integers(0, 2))
+        previous = [draw(st.one_of(st.none(), st.integers(0, count - 1), st.integers(-count - 1, count)))
+                    for _ in range(n)]
+        sampled = [draw(st.lists(ids, min_size=0, max_size=width)) for _ in range(count)]
+        sampled = [row + [-1] * (width - len(row)) for row in sampled]
+    note("steady repair step" if steady else "mixed repair step")
+    tracked = [draw(st.booleans()) for _ in range(n)]
+    marks = [draw(st.one_of(st.none(), st.integers(0, 8))) for _ in range(n)]
+    return RepairCase(tuple(map(tuple, rows)), tuple(tracked), tuple(marks), tuple(previous),
+                      tuple(map(tuple, sampled)))
 
 # -- replay -------------------------------------------------------------------------------
 @dataclass

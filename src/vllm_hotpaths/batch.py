@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from vllm_hotpaths.penalties.reference import repair_row
 from vllm_hotpaths.tracked_list import TrackedTokenList
 
 
@@ -116,15 +117,8 @@ class TokenBatch:
     def repair(self, r: int) -> None:
         """0.22's `update_async_output_token_ids` for one row: replace the trailing -1 run."""
         new_ids, self.pending[r] = self.pending[r], None
-        out = self.req_output_token_ids[r]
-        if new_ids is None or not out or out[-1] != -1 or not new_ids:
-            return
-        num_sampled = len(new_ids) if new_ids[-1] != -1 else new_ids.index(-1)
-        first = len(out)
-        while first > 0 and out[first - 1] == -1:
-            first -= 1
-        keep = min(num_sampled, len(out) - first)
-        out[first:] = new_ids[:keep]
+        if new_ids is not None:
+            repair_row(self.req_output_token_ids[r], new_ids)
 
     def drop_pending(self, r: int) -> None:
         """The request was not in the previous step's batch: its placeholder stays unrepaired."""

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from vllm_hotpaths.penalties import fused
-from vllm_hotpaths.penalties.reference import InvalidTokenId, apply_penalties_, check_logits, token_array
+from vllm_hotpaths.penalties.reference import (InvalidTokenId, apply_penalties_, check_logits, repair_placeholders,
+                                                 token_array)
 from vllm_hotpaths.tracked_list import UNCHANGED, TrackedTokenList
 
 _WATCHER_KEYS = itertools.count(1)
@@ -223,3 +224,36 @@ class IncrementalPenalties:
         if self._counts.numel() < logits.numel():  # the kernels' all-zero int32 scratch
             self._counts = torch.zeros(logits.numel(), dtype=torch.int32, device=self.device)
         return fused.apply_penalties(*args, self._counts)
+
+
+def repair_placeholders_in_bulk(batch) -> None:
+    """`reference.repair_placeholders` with the usual decode step done with whole-batch checks:
+    no speculative decoding (one id sampled per row), every request ran in the previous step,
+    every output list ends in exactly one placeholder and its sampled id is valid. Each list's
+    placeholder then takes its id by item assignment (a `TrackedTokenList` lowers its watchers'
+    marks to that index, as the reference's slice assignment does). Any other step, and any step
+    whose checks fail, goes to the reference's loop; no list changes before the checks pass."""
+    rows = batch.sampling_metadata.output_token_ids
+    sampled = batch.sampled_token_ids_cpu
+    previous, req_ids = batch.prev_req_id_to_index, batch.req_ids
+    steady = (sampled is not None and rows and previous is not None and req_ids
+              and sampled.dim() == 2 and sampled.shape[1] == 1 and len(rows) >= len(req_ids))
+    if not steady:
+        return repair_placeholders(batch)
+    indices = list(map(previous.get, req_ids))
+    outputs = rows[: len(req_ids)]
+    try:
+        ends = list(map(operator.itemgetter(-1), outputs))
+        before_ends = list(map(operator.itemgetter(-2), outputs))  # a 1-token list: IndexError
+    except IndexError:
+        return repair_placeholders(batch)
+    if (ends.count(-1) != len(ends) or -1 in before_ends or set(map(type, indices)) != {int}
+            or not -sampled.shape[0] <= min(indices) <= max(indices) < sampled.shape[0]):
+        return repair_placeholders(batch)  # also a request new to the batch (its index is None)
+    batch.async_copy_ready_event.synchronize()
+    column = sampled[:, 0].tolist()
+    new_ids = list(map(column.__getitem__, indices))
+    if -1 in new_ids:  # a discarded sample: the reference drops that placeholder
+        return repair_placeholders(batch, sampled.tolist())
+    for output, token in zip(outputs, new_ids):
+        output[-1] = token

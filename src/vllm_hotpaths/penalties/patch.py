@@ -1,13 +1,17 @@
 """Installs the incremental output-token tensor into vLLM's v1 penalties.
 
-Two replacements:
+Replacements:
 - `InputBatch.add_request` first turns the request's output list into a `TrackedTokenList`
   (`tracked_outputs`), so the fast builder can update each staging row from its change mark;
 - `apply_all_penalties`, as the v1 sampler and the rejection sampler call it, builds the padded
   output-token tensor with `IncrementalPenalties.output_tokens`, then penalizes with
   `IncrementalPenalties.penalize`: the fused kernels (upstream's arithmetic on contiguous CUDA
   logits) or, for any other logits, upstream's own `apply_penalties`. Each caller keeps its own
-  staging rows (the rejection sampler's rows are outputs combined with drafts).
+  staging rows (the rejection sampler's rows are outputs combined with drafts);
+- from vLLM 0.22.0 on (its trailing-run rule), `InputBatch.update_async_output_token_ids`, the
+  placeholder repair that runs before output ids are read, becomes the bulk repair
+  (`fast.repair_placeholders_in_bulk`: whole-batch checks for the usual decode step, the
+  reference's loop otherwise).
 
 Rows it cannot vouch for are rebuilt from the list, as upstream does (plain lists, lists seen
 twice); a step with an id outside [-1, V] goes to upstream's function as a whole.
@@ -17,14 +21,15 @@ from __future__ import annotations
 
 import functools
 
-from vllm_hotpaths import tracked_outputs, vllm_env
-from vllm_hotpaths.penalties.fast import IncrementalPenalties
-from vllm_hotpaths.penalties.reference import InvalidTokenId
+from vllm_hotpaths import registry, tracked_outputs, vllm_env
+from vllm_hotpaths.penalties.fast import IncrementalPenalties, repair_placeholders_in_bulk
+from vllm_hotpaths.penalties.reference import REPAIR_SINCE, InvalidTokenId
+from vllm_hotpaths.tracked_outputs import INPUT_BATCH
 
 PENALTIES = "vllm.v1.sample.ops.penalties"
 CALLERS = ("vllm.v1.sample.sampler", "vllm.v1.sample.rejection_sampler")  # import it by name
 UPSTREAM: dict[str, object] = {}  # the replaced functions, for the properties' unpatched side
-REPLACED = ["InputBatch.add_request", "apply_all_penalties"]
+REPLACED: list[str] = []
 
 
 def incremental_apply_all_penalties(upstream):
@@ -52,13 +57,19 @@ def incremental_apply_all_penalties(upstream):
 
 def install() -> list[str]:
     if UPSTREAM:
-        return REPLACED
+        return list(REPLACED)
     upstream = vllm_env.import_vllm(PENALTIES).apply_all_penalties
     tracked_outputs.install("penalties")
     UPSTREAM["apply_all_penalties"] = upstream
     for name in CALLERS:
         vllm_env.import_vllm(name).apply_all_penalties = incremental_apply_all_penalties(upstream)
-    return REPLACED
+    REPLACED[:] = ["InputBatch.add_request", "apply_all_penalties"]
+    if registry.version_key(vllm_env.installed_version()) >= registry.version_key(REPAIR_SINCE):
+        batch_class = vllm_env.import_vllm(INPUT_BATCH).InputBatch
+        UPSTREAM["update_async_output_token_ids"] = batch_class.update_async_output_token_ids
+        batch_class.update_async_output_token_ids = repair_placeholders_in_bulk  # (self) is the batch
+        REPLACED.append("InputBatch.update_async_output_token_ids")
+    return list(REPLACED)
 
 
 def uninstall() -> None:
@@ -68,3 +79,7 @@ def uninstall() -> None:
         upstream = UPSTREAM.pop("apply_all_penalties")
         for name in CALLERS:
             vllm_env.import_vllm(name).apply_all_penalties = upstream
+        if "update_async_output_token_ids" in UPSTREAM:
+            vllm_env.import_vllm(INPUT_BATCH).InputBatch.update_async_output_token_ids = (
+                UPSTREAM.pop("update_async_output_token_ids"))
+        REPLACED.clear()

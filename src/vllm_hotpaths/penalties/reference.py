@@ -143,3 +143,47 @@ class ReferencePenalties:
         check_logits(logits, self.vocab_size)
         tokens = self.output_tokens(rows)
         return apply_penalties_(logits, prompt_tokens, tokens, presence, frequency, repetition)
+
+
+# -- the async placeholder repair ---------------------------------------------------------------
+REPAIR_SINCE = "0.22.0"  # 0.16.0 replaces from the list's first -1 on, not its trailing run
+
+
+def repair_row(output: list[int], sampled: list[int]) -> None:
+    """One row of vLLM's placeholder repair (0.22.0, 0.33.0): the trailing run of `-1` in
+    `output` takes the valid prefix of `sampled` (ids before its first `-1`), as many as both
+    have; the rest of the run goes, so the list can shrink. Like upstream, `sampled` is cut to
+    the ids used. Nothing happens unless `output` ends in `-1` and `sampled` is non-empty."""
+    if not output or output[-1] != -1 or not sampled:
+        return
+    valid = len(sampled) if sampled[-1] != -1 else sampled.index(-1)
+    first = len(output)
+    while first > 0 and output[first - 1] == -1:
+        first -= 1
+    del sampled[min(valid, len(output) - first):]
+    output[first:] = sampled
+
+
+def repair_placeholders(batch, sampled: list[list[int]] | None = None) -> None:
+    """`InputBatch.update_async_output_token_ids` (0.22.0, 0.33.0) on any object with its
+    attributes: under async scheduling, each row whose request ran in the previous step
+    (`prev_req_id_to_index`) and whose output list ends in a placeholder gets the ids sampled
+    for it then (`repair_row`). The previous step's copy to the host is waited for once, when
+    the first such row is met, unless `sampled` (those ids as lists) is given."""
+    rows = batch.sampling_metadata.output_token_ids
+    if batch.sampled_token_ids_cpu is None or not rows:
+        return  # no async scheduling, or nothing reads the output ids
+    previous = batch.prev_req_id_to_index
+    if previous is None:
+        raise ValueError("async scheduling without prev_req_id_to_index: no previous step to repair from")
+    for index, req_id in enumerate(batch.req_ids):
+        prev_index = previous.get(req_id)
+        if prev_index is None:
+            continue
+        output = rows[index]
+        if not output or output[-1] != -1:
+            continue  # no placeholder (tokens were discarded after a KV-load failure)
+        if sampled is None:
+            batch.async_copy_ready_event.synchronize()
+            sampled = batch.sampled_token_ids_cpu.tolist()
+        repair_row(output, sampled[prev_index])
