@@ -2,6 +2,8 @@
 
 At every sampler step of a generated program, the padded output-token tensor must be equal
 (shape, dtype int64, values) and the penalized logits equal bit for bit, on the same device.
+The async placeholder repair that runs before the sampler reads output lists is compared call by
+call: lists, their watchers' marks, waits for the previous step's copy, errors.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ and yields the sampler's inputs at every `step` operation, so properties compare
 on the states upstream really reaches, including the ones where the lists and `token_ids_cpu`
 disagree (async placeholders, repairs that shrink a list, optimistic extension and trim).
 
+A `RepairCase` is one call of vLLM's async placeholder repair on a stand-in batch (lists, previous
+step's rows, sampled ids), for the bulk repair's properties.
+
 Operations (row arguments are taken modulo the number of requests):
   ("add", prompt, output, tracked, presence, frequency, repetition)
   ("remove", row)                       remove, then condense (last row moves into the hole)
@@ -223,7 +226,6 @@ def invalid_id_cases(draw) -> InvalidIdCase:
     return InvalidIdCase(vocab, rows, draw(st.integers(0, 3)), draw(st.integers(0, 5)), bad)
 
 
-
 @dataclass(frozen=True)
 class RepairCase:
     """One call of vLLM's async placeholder repair (`update_async_output_token_ids`) on a batch:
@@ -266,7 +268,8 @@ class RepairCase:
             error = None
         except Exception as err:  # compared, not hidden: both sides must raise the same
             error = (type(err).__name__, str(err))
-        lists = [(type(o).__name__, list(o), dict(getattr(o, "_marks", {})))
+        lists = [(type(o).__name__, list(o),
+                  (o.dirty_from(1), o.dirty_from(2)) if type(o) is TrackedTokenList else None)
                  for o in batch.sampling_metadata.output_token_ids]
         return lists, len(waits), error
 
@@ -282,7 +285,6 @@ def repair_cases(draw) -> RepairCase:
     steady = draw(st.booleans())
     if steady:
         rows = [draw(st.lists(ids, min_size=1, max_size=5)) + [-1] for _ in range(n)]
-        width = 1
         previous = list(draw(st.permutations(range(n + draw(st.integers(0, 2)))))[:n])
         sampled = [[draw(ids)] for _ in range(max(previous) + 1)]
         # One request off the usual step, or none: each must take the step off the bulk path.
