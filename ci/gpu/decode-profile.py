@@ -6,7 +6,8 @@ One in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, so the engine core's 
 timed) on the e2e dummy model, B requests of LENGTH generated tokens, runs alternating no penalty
 / presence 1.5 (reversed every other repeat). Each listed function is wrapped with a timer, so the
 totals include the wrappers' own cost (about a microsecond per call); read them side by side, not
-as absolute costs. With VLLM_HOTPATHS=off the plugin stays out.
+as absolute costs. The repair's wait for the previous step's copy is timed through the event vLLM
+hands the batch. With VLLM_HOTPATHS=off the plugin stays out.
 
     python3 ci/gpu/decode-profile.py [LENGTH=5000] [REPEATS=2] [B=128]
 """
@@ -70,6 +71,28 @@ for owner, attrs in ((GPUModelRunner, ("execute_model", "sample_tokens", "_sampl
     for attr in attrs:
         wrap(owner, attr, f"{owner.__name__}.{attr}")
 wrap(sampler, "apply_all_penalties", "apply_all_penalties")
+
+
+class TimedEvent:
+    """The copy-ready event that the placeholder repair waits on, with its waits timed."""
+
+    def __init__(self, event) -> None:
+        self.event = event
+        self.synchronize = timed("wait for the previous step's sampled ids (in the repair)", event.synchronize)
+
+    def __getattr__(self, name):
+        return getattr(self.event, name)
+
+
+upstream_set_async = InputBatch.set_async_sampled_token_ids
+
+
+def set_async_sampled_token_ids(self, sampled_token_ids_cpu, async_copy_ready_event) -> None:
+    event = async_copy_ready_event
+    upstream_set_async(self, sampled_token_ids_cpu, None if event is None else TimedEvent(event))
+
+
+InputBatch.set_async_sampled_token_ids = set_async_sampled_token_ids
 if plugin.installed():
     from vllm_hotpaths.penalties import fast, fused
     from vllm_hotpaths.tracked_list import TrackedTokenList
