@@ -55,8 +55,9 @@ def test_candidate_matches_reference(program, candidate, device, case_log):
 @fixtures.replayed("penalties", PoisonedProgram, "case")
 @given(case=poisoned_programs())
 def test_invalid_ids_raise_the_same_error(case, candidate, device, case_log):
-    """An id below -1 or above V (or not an integer) raises InvalidTokenId naming the same
-    place on both sides; once the id is fixed, the candidate agrees with the reference again."""
+    """An id below -1 or above V (or not an integer), replacing one or appended in a step's new
+    ids, raises InvalidTokenId naming the same place on both sides; once it is fixed (to 0), the
+    candidate agrees with the reference again."""
     case_log.record(case)
     name, factory, version = candidate
     run = PenaltiesRun(case.program)
@@ -65,20 +66,17 @@ def test_invalid_ids_raise_the_same_error(case, candidate, device, case_log):
     step = None
     for step in run.steps():
         assert_same_step(fast, reference, step, device, f"{name} before the bad id")
-    rows = [r for r in step.rows if len(r)] if step else []
-    if not rows:
+    if step is None or (poisoned := case.poison(step.rows)) is None:
         return
-    row = rows[case.row % len(rows)]
-    pos = case.pos % len(row)
-    good, row[pos] = row[pos], case.bad_value()
-    note(f"invalid id: {case.bad}")
+    row, pos = poisoned
+    note(f"invalid id: {case.bad}, " + ("appended to every row" if case.append else "replaced"))
     errors = []
     for impl in (reference, fast):
         with pytest.raises(InvalidTokenId) as caught:
             impl.output_tokens(step.rows)
         errors.append(str(caught.value))
     assert errors[1] == errors[0]
-    row[pos] = good
+    row[pos] = 0
     assert_same_step(fast, reference, step, device, f"{name} after the bad id was fixed")
 
 

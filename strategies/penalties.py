@@ -169,9 +169,10 @@ def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penalti
 
 @dataclass(frozen=True)
 class PoisonedProgram:
-    """A program whose last step's rows then get one id replaced by an invalid value:
-    `bad` is "below" (-2), "above" (V + 1) or "float" (1.5), at row `row`, position `pos`
-    (both taken modulo the non-empty rows and their lengths)."""
+    """A program whose last step's rows then get one invalid id: `bad` is "below" (-2), "above"
+    (V + 1) or "float" (1.5). It replaces the id at row `row`, position `pos` (both taken modulo
+    the non-empty rows and their lengths), or, with `append`, every row gets one more id (0) and
+    row `row`'s is the bad one (a steady decode step's shape)."""
 
     vocab_size: int
     max_num_reqs: int
@@ -180,11 +181,13 @@ class PoisonedProgram:
     row: int = 0
     pos: int = 0
     bad: str = "below"
+    append: bool = False
 
     @classmethod
-    def of(cls, program: PenaltiesProgram, row: int = 0, pos: int = 0, bad: str = "below"):
+    def of(cls, program: PenaltiesProgram, row: int = 0, pos: int = 0, bad: str = "below",
+           append: bool = False):
         return cls(program.vocab_size, program.max_num_reqs, program.max_model_len, program.ops,
-                   row, pos, bad)
+                   row, pos, bad, append)
 
     @property
     def program(self) -> PenaltiesProgram:
@@ -193,10 +196,27 @@ class PoisonedProgram:
     def bad_value(self):
         return {"below": -2, "above": self.vocab_size + 1, "float": 1.5}[self.bad]
 
+    def poison(self, rows: list[list[int]]) -> tuple[list[int], int] | None:
+        """Put the bad id into `rows` (the last step's lists); returns its list and position,
+        None when there is no place for it (no row, or only empty rows and no `append`)."""
+        if self.append and rows:
+            for row in rows:
+                row.append(0)
+            target = rows[self.row % len(rows)]
+            pos = len(target) - 1
+        else:
+            filled = [row for row in rows if len(row)]
+            if not filled:
+                return None
+            target = filled[self.row % len(filled)]
+            pos = self.pos % len(target)
+        target[pos] = self.bad_value()
+        return target, pos
+
 
 def poisoned_programs() -> st.SearchStrategy[PoisonedProgram]:
-    return st.builds(PoisonedProgram.of, penalties_programs(), st.integers(0, 7),
-                     st.integers(0, 40), st.sampled_from(["below", "above", "float"]))
+    return st.builds(PoisonedProgram.of, penalties_programs(), st.integers(0, 7), st.integers(0, 40),
+                     st.sampled_from(["below", "above", "float"]), st.booleans())
 
 
 @dataclass(frozen=True)
@@ -229,27 +249,36 @@ def invalid_id_cases(draw) -> InvalidIdCase:
 @dataclass(frozen=True)
 class RepairCase:
     """One call of vLLM's async placeholder repair (`update_async_output_token_ids`) on a batch:
-    output lists (`TrackedTokenList`s where `tracked`, watched by two keys, the second marked at
-    index `marks[r] % len` when not None), the previous step's row of each request (`previous`,
-    None: not in the previous step; an index past `sampled` is an error upstream too) and the
-    ids sampled then (`sampled`: one row per previous request, -1 after its valid ids)."""
+    output lists (`TrackedTokenList`s where `tracked`, watched by two keys while they held their
+    first `synced[r]` ids (all of them when None or not given), the second marked at index
+    `marks[r] % synced` when not None, the rest appended after), the previous step's row of each
+    request (`previous`, None: not in the previous step; an index past `sampled` is an error
+    upstream too) and the ids sampled then (`sampled`: one row per previous request, -1 after its
+    valid ids)."""
 
     rows: tuple[tuple[int, ...], ...]
     tracked: tuple[bool, ...]
     marks: tuple[int | None, ...]
     previous: tuple[int | None, ...]
     sampled: tuple[tuple[int, ...], ...]
+    synced: tuple[int | None, ...] = ()
 
     def batch(self):
         """A stand-in holding what the repair reads, and the list its event's waits go to."""
-        outputs = [TrackedTokenList(row) if tracked else list(row) for row, tracked in zip(self.rows, self.tracked)]
-        for output, mark in zip(outputs, self.marks):
-            if type(output) is TrackedTokenList:
+        outputs = []
+        for r, (row, tracked, mark) in enumerate(zip(self.rows, self.tracked, self.marks)):
+            if not tracked:
+                outputs.append(list(row))
+                continue
+            synced = self.synced[r] if r < len(self.synced) and self.synced[r] is not None else len(row)
+            output = TrackedTokenList(row[:synced])
+            output.watch(1)
+            output.watch(2)
+            if mark is not None and output:
+                output[mark % len(output)] = output[mark % len(output)]  # lowers both marks
                 output.watch(1)
-                output.watch(2)
-                if mark is not None and output:
-                    output[mark % len(output)] = output[mark % len(output)]  # lowers both marks
-                    output.watch(1)
+            output.extend(row[synced:])  # after the watchers synced, as vLLM's placeholders are
+            outputs.append(output)
         waits: list[int] = []
         batch = SimpleNamespace(
             sampling_metadata=SimpleNamespace(output_token_ids=outputs),
@@ -269,7 +298,7 @@ class RepairCase:
         except Exception as err:  # compared, not hidden: both sides must raise the same
             error = (type(err).__name__, str(err))
         lists = [(type(o).__name__, list(o),
-                  (o.dirty_from(1), o.dirty_from(2)) if type(o) is TrackedTokenList else None)
+                  (o.dirty_from(1), o.dirty_from(2), o.seen) if type(o) is TrackedTokenList else None)
                  for o in batch.sampling_metadata.output_token_ids]
         return lists, len(waits), error
 
@@ -279,7 +308,8 @@ def repair_cases(draw) -> RepairCase:
     """Half the cases are a steady decode step (one placeholder per list, one valid id sampled per
     request, every request in the previous step), or one with a single request off it (its
     sample discarded, two placeholders, nothing but a placeholder, new to the batch); the rest
-    mix runs of placeholders, interior -1, wider sampled rows, new requests and bad indices."""
+    mix runs of placeholders, interior -1, wider sampled rows, new requests and bad indices.
+    Half are in vLLM's order (tracked lists whose watchers synced before the placeholder came)."""
     n = draw(st.integers(1, 5))
     ids = st.integers(0, 9)
     steady = draw(st.booleans())
@@ -288,7 +318,8 @@ def repair_cases(draw) -> RepairCase:
         previous = list(draw(st.permutations(range(n + draw(st.integers(0, 2)))))[:n])
         sampled = [[draw(ids)] for _ in range(max(previous) + 1)]
         # One request off the usual step, or none: each must take the step off the bulk path.
-        odd, r = draw(st.sampled_from([None, "discarded", "longer run", "only a placeholder", "new"])), 0
+        odd = draw(st.none() | st.sampled_from(["discarded", "longer run", "only a placeholder", "new"]))
+        r = 0
         if odd is not None:
             r = draw(st.integers(0, n - 1))
             note(f"steady but one request: {odd}")
@@ -310,10 +341,19 @@ def repair_cases(draw) -> RepairCase:
         sampled = [draw(st.lists(ids, min_size=0, max_size=width)) for _ in range(count)]
         sampled = [row + [-1] * (width - len(row)) for row in sampled]
     note("steady repair step" if steady else "mixed repair step")
-    tracked = [draw(st.booleans()) for _ in range(n)]
     marks = [draw(st.one_of(st.none(), st.integers(0, 8))) for _ in range(n)]
+    if draw(st.booleans()):  # vLLM's order: every list tracked, its watchers synced before its last -1
+        tracked = [True] * n
+        synced = [max(len(row) - 1, 0) for row in rows]
+        note("tracked lists, watchers synced before the placeholder")
+    else:
+        tracked = [draw(st.booleans()) for _ in range(n)]
+        synced = [draw(st.one_of(st.none(), st.integers(0, len(row)))) for row in rows]
+    if steady and odd is None and all(tracked) and all(
+            s is not None and s < len(row) for s, row in zip(synced, rows)):
+        note("steady, every list tracked, no placeholder synced")
     return RepairCase(tuple(map(tuple, rows)), tuple(tracked), tuple(marks), tuple(previous),
-                      tuple(map(tuple, sampled)))
+                      tuple(map(tuple, sampled)), tuple(synced))
 
 # -- replay -------------------------------------------------------------------------------
 @dataclass

@@ -12,6 +12,13 @@ Growth at the end (append, extend, +=) changes nothing a watcher synced, so it l
 alone and those stay list's own methods, at full speed: vLLM appends to every request's list each
 decode step. The item assignment that repairs async placeholders runs as often, hence its inlined
 mark update.
+
+The list also keeps `seen`, an index from which no watcher needs telling: every watcher will
+re-read from `min(its mark, the length it synced)`, at or below `seen`. `watch` raises it to the
+length; a change below it lowers the marks, then `seen`, to the changed index. A change at or past
+`seen` is growth too and lowers no mark. vLLM appends each step's placeholder after the watchers
+synced and repairs it before they sync again: that repair is past `seen`, so a bulk repair may
+assign it with `list.__setitem__` once `seen` says so.
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ UNCHANGED = sys.maxsize  # a watcher's mark when nothing it synced has changed
 
 
 class TrackedTokenList(list):
-    __slots__ = ("_marks",)
+    __slots__ = ("_marks", "seen")
 
     def __init__(self, iterable: Iterable[int] = ()) -> None:
         super().__init__(iterable)
-        # watcher key -> lowest index changed in place or removed since that watcher last synced.
+        # watcher key -> lowest index changed in place or removed since that watcher last synced
+        # (changes at or past `seen` excepted).
         self._marks: dict[int, int] = {}
+        self.seen = 0  # no watcher re-reads from past it (module docstring)
 
     def __reduce_ex__(self, protocol):
         return (TrackedTokenList, (list(self),))
@@ -37,16 +46,21 @@ class TrackedTokenList(list):
     def watch(self, key: int) -> None:
         """Start (or restart) watching: the watcher is in sync with the whole list now."""
         self._marks[key] = UNCHANGED
+        if len(self) > self.seen:
+            self.seen = len(self)
 
     def unwatch(self, key: int) -> None:
         self._marks.pop(key, None)
 
     def dirty_from(self, key: int) -> int | None:
         """Lowest index changed in place or removed since `watch(key)` (`UNCHANGED` if the list
-        only grew at the end); None if `key` is not watching."""
+        only grew at the end or changed at or past `seen`); None if `key` is not watching."""
         return self._marks.get(key)
 
     def _touch(self, index: int) -> None:
+        if index >= self.seen:
+            return
+        self.seen = index
         marks = self._marks
         for key, mark in marks.items():
             if index < mark:
@@ -68,9 +82,11 @@ class TrackedTokenList(list):
         list.__setitem__(self, key, value)
         if lowest < 0:
             lowest = 0
-        for watcher, mark in marks.items():
-            if lowest < mark:
-                marks[watcher] = lowest
+        if lowest < self.seen:
+            self.seen = lowest
+            for watcher, mark in marks.items():
+                if lowest < mark:
+                    marks[watcher] = lowest
 
     def __delitem__(self, key) -> None:
         marks = self._marks

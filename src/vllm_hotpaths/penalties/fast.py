@@ -22,6 +22,7 @@ elsewhere the reference's torch code.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import operator
 from typing import Sequence
@@ -35,6 +36,7 @@ from vllm_hotpaths.penalties.reference import (InvalidTokenId, apply_penalties_,
 from vllm_hotpaths.tracked_list import UNCHANGED, TrackedTokenList
 
 _WATCHER_KEYS = itertools.count(1)
+_seen = operator.attrgetter("seen")
 
 
 class IncrementalPenalties:
@@ -149,13 +151,19 @@ class IncrementalPenalties:
         lengths = list(map(len, rows))
         if list(map(operator.sub, lengths, synced)).count(1) != num_rows:
             return None
-        values = self._checked_values(list(map(operator.itemgetter(-1), rows)), range(num_rows), synced)
+        values = list(map(operator.itemgetter(-1), rows))
+        if set(map(type, values)) != {int} or not -1 <= min(values) <= max(values) <= self.vocab_size:
+            values = self._checked_values(values, range(num_rows), synced)  # raises on a bad id
+        elif -1 in values:
+            values = [self.vocab_size if v == -1 else v for v in values]
         max_len = max(lengths)
         self._grow(num_rows, max_len)
         self._write_one_per_row(synced, values)
         self._synced[:num_rows] = lengths
-        for lst in rows:
+        for lst, n in zip(rows, lengths):  # lst.watch(key), inlined
             lst._marks[key] = UNCHANGED
+            if n > lst.seen:
+                lst.seen = n
         return self._staging[:num_rows, :max_len]
 
     def _write(self, val_rows, val_cols, values: np.ndarray | None) -> None:
@@ -169,7 +177,7 @@ class IncrementalPenalties:
         packed = packed.to(self.device, non_blocking=True)
         self._staging.index_put_((packed[0], packed[1]), packed[2])
 
-    def _write_one_per_row(self, cols: list[int], values: np.ndarray) -> None:
+    def _write_one_per_row(self, cols: list[int], values: Sequence[int]) -> None:
         """staging[r, cols[r]] = values[r] for r < len(cols): the steady step's write, one
         column per row (a scatter along rows, cheaper on the host than a two-index put)."""
         if self.device.type == "cpu":
@@ -203,10 +211,9 @@ class IncrementalPenalties:
             if lst is not None:
                 home[id(lst)] = r
         self._synced[: len(lengths)] = lengths
-        for r in range(len(lengths)):
-            lst = rows[r]
-            if lst is owner[r]:
-                lst._marks[key] = UNCHANGED
+        for lst, mirrored in zip(rows, owner):
+            if lst is mirrored:
+                lst.watch(key)
 
     # -- the hot path -----------------------------------------------------------------------
     def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
@@ -231,8 +238,10 @@ def repair_placeholders_in_bulk(batch) -> None:
     no speculative decoding (one id sampled per row), every request ran in the previous step,
     every output list ends in exactly one placeholder and its sampled id is valid. Each list's
     placeholder then takes its id by item assignment (a `TrackedTokenList` lowers its watchers'
-    marks to that index, as the reference's slice assignment does). Any other step, and any step
-    whose checks fail, goes to the reference's loop; no list changes before the checks pass."""
+    marks to that index, as the reference's slice assignment does); when every list is a
+    `TrackedTokenList` whose placeholder no watcher has seen, in one C-level pass that skips the
+    lists' own `__setitem__`. Any other step, and any step whose checks fail, goes to the
+    reference's loop; no list changes before the checks pass."""
     rows = batch.sampling_metadata.output_token_ids
     sampled = batch.sampled_token_ids_cpu
     previous, req_ids = batch.prev_req_id_to_index, batch.req_ids
@@ -255,5 +264,10 @@ def repair_placeholders_in_bulk(batch) -> None:
     new_ids = list(map(column.__getitem__, indices))
     if -1 in new_ids:  # a discarded sample: the reference drops that placeholder
         return repair_placeholders(batch, sampled.tolist())
+    if (set(map(type, outputs)) == {TrackedTokenList}
+            and all(map(operator.lt, map(_seen, outputs), map(len, outputs)))):
+        # No watcher synced any placeholder (the usual step): a change past `seen` lowers no mark.
+        collections.deque(map(list.__setitem__, outputs, itertools.repeat(-1), new_ids), maxlen=0)
+        return
     for output, token in zip(outputs, new_ids):
         output[-1] = token
