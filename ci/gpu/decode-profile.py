@@ -97,7 +97,7 @@ if plugin.installed():
     from vllm_hotpaths.penalties import fast, fused
     from vllm_hotpaths.tracked_list import TrackedTokenList
 
-    wrap(fast.IncrementalPenalties, "output_tokens", "IncrementalPenalties.output_tokens")
+    wrap(fast.IncrementalPenalties, "build", "IncrementalPenalties.build")
     wrap(fused, "apply_penalties", "fused.apply_penalties")
     wrap(TrackedTokenList, "__setitem__", "TrackedTokenList.__setitem__")
 

@@ -15,7 +15,8 @@ Row identity decides what the staging row can vouch for:
 - anything else (a plain list, a list combined with spec drafts, a list seen twice) -> that row is
   rebuilt from the list, exactly as the reference does.
 The steady decode step (every row the list it mirrored, unchanged in place, one token longer) is
-recognised with a few whole-batch checks and written without a per-row Python loop.
+recognised with a few whole-batch checks, without a per-row Python loop; its one new id per row is
+written by a scatter, or, when the fused kernels penalize next, by their counting kernel.
 The penalty arithmetic is upstream's: on contiguous CUDA logits in two fused kernels (`fused`),
 elsewhere the reference's torch code.
 """
@@ -68,6 +69,15 @@ class IncrementalPenalties:
 
     # -- the builder ------------------------------------------------------------------------
     def output_tokens(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        tokens, new = self.build(rows)
+        if new is not None:
+            self._write_one_per_row(*new)
+        return tokens
+
+    def build(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, tuple[list, list] | None]:
+        """The output-token tensor, and a steady step's new ids not yet in it: (columns, ids),
+        one per row, or None. Pass them on to `penalize`, which writes them (on CUDA, in the
+        fused counting kernel: no write of its own)."""
         steady = self._steady_step(rows)
         if steady is not None:
             return steady
@@ -135,12 +145,13 @@ class IncrementalPenalties:
             self._staging[move_dst] = self._staging[move_src]  # gathers first: safe for swaps
         self._write(val_rows, val_cols, values)
         self._commit(rows, lengths, move_src, claims)
-        return self._staging[:num_rows, :max_len]
+        return self._staging[:num_rows, :max_len], None
 
-    def _steady_step(self, rows: Sequence[Sequence[int]]) -> torch.Tensor | None:
+    def _steady_step(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, tuple[list, list]] | None:
         """The usual decode step, or None when it is not one: every row is the tracked list it
         mirrored last step, nothing it synced has changed (a placeholder repaired past it is new
-        content), and it grew by exactly one token. Only the new last tokens are written."""
+        content), and it grew by exactly one token. Only the new last tokens are new: returned,
+        not yet written."""
         num_rows = len(rows)
         owner, key = self._owner, self._key
         if not num_rows or num_rows > len(owner) or not all(map(operator.is_, rows, owner)):
@@ -158,13 +169,12 @@ class IncrementalPenalties:
             values = [self.vocab_size if v == -1 else v for v in values]
         max_len = max(lengths)
         self._grow(num_rows, max_len)
-        self._write_one_per_row(synced, values)
         self._synced[:num_rows] = lengths
         for lst, n in zip(rows, lengths):  # lst.watch(key), inlined
             lst._marks[key] = UNCHANGED
             if n > lst.seen:
                 lst.seen = n
-        return self._staging[:num_rows, :max_len]
+        return self._staging[:num_rows, :max_len], (synced, values)
 
     def _write(self, val_rows, val_cols, values: np.ndarray | None) -> None:
         """staging[val_rows[j], val_cols[j]] = values[j]: one indexed write (one copy to the device)."""
@@ -183,8 +193,12 @@ class IncrementalPenalties:
         if self.device.type == "cpu":
             self._staging.numpy()[np.arange(len(cols)), cols] = values
             return
-        packed = torch.from_numpy(np.array((cols, values), dtype=np.int64)).to(self.device, non_blocking=True)
+        packed = self._on_device(cols, values)
         self._staging[: len(cols)].scatter_(1, packed[0, :, None], packed[1, :, None])
+
+    def _on_device(self, cols: list[int], values: Sequence[int]) -> torch.Tensor:
+        """(cols, values) as one int64 `[2, n]` tensor on the device: one copy."""
+        return torch.from_numpy(np.array((cols, values), dtype=np.int64)).to(self.device, non_blocking=True)
 
     def _checked_values(self, vals: list, val_rows: list[int], val_cols: list[int]) -> np.ndarray | None:
         """New values as int64 with -1 mapped to the pad; raises like the reference on bad ids."""
@@ -218,19 +232,22 @@ class IncrementalPenalties:
     # -- the hot path -----------------------------------------------------------------------
     def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
         check_logits(logits, self.vocab_size)
-        tokens = self.output_tokens(rows)
-        return self.penalize(logits, prompt_tokens, tokens, presence, frequency, repetition)
+        tokens, new = self.build(rows)
+        return self.penalize(logits, prompt_tokens, tokens, presence, frequency, repetition, new=new)
 
     def penalize(self, logits, prompt_tokens, output_tokens, presence, frequency, repetition,
-                 fallback=apply_penalties_) -> torch.Tensor:
-        """Upstream's `apply_penalties` on the built tensor: the fused kernels where they fit,
-        else `fallback` (the reference's torch code, or the plugin's upstream function)."""
+                 fallback=apply_penalties_, new: tuple[list, list] | None = None) -> torch.Tensor:
+        """Upstream's `apply_penalties` on the built tensor, once `new` (from `build`) is in it:
+        the fused kernels where they fit, else `fallback` (the reference's torch code, or the
+        plugin's upstream function)."""
         args = (logits, prompt_tokens, output_tokens, presence, frequency, repetition)
         if not fused.fits(*args):
+            if new is not None:
+                self._write_one_per_row(*new)
             return fallback(*args)
         if self._counts.numel() < logits.numel():  # the kernels' all-zero int32 scratch
             self._counts = torch.zeros(logits.numel(), dtype=torch.int32, device=self.device)
-        return fused.apply_penalties(*args, self._counts)
+        return fused.apply_penalties(*args, self._counts, new=None if new is None else self._on_device(*new))
 
 
 def repair_placeholders_in_bulk(batch) -> None:

@@ -4,7 +4,7 @@ Replacements:
 - `InputBatch.add_request` first turns the request's output list into a `TrackedTokenList`
   (`tracked_outputs`), so the fast builder can update each staging row from its change mark;
 - `apply_all_penalties`, as the v1 sampler and the rejection sampler call it, builds the padded
-  output-token tensor with `IncrementalPenalties.output_tokens`, then penalizes with
+  output-token tensor with `IncrementalPenalties.build`, then penalizes with
   `IncrementalPenalties.penalize`: the fused kernels (upstream's arithmetic on contiguous CUDA
   logits) or, for any other logits, upstream's own `apply_penalties`. Each caller keeps its own
   staging rows (the rejection sampler's rows are outputs combined with drafts);
@@ -45,12 +45,12 @@ def incremental_apply_all_penalties(upstream):
         if builder is None:
             builder = builders[key] = IncrementalPenalties(*key)
         try:
-            output_tokens = builder.output_tokens(output_token_ids)
+            output_tokens, new = builder.build(output_token_ids)
         except InvalidTokenId:  # the builder refuses before changing its rows
             return upstream(logits, prompt_token_ids, presence_penalties, frequency_penalties,
                             repetition_penalties, output_token_ids)
-        return builder.penalize(logits, prompt_token_ids, output_tokens, presence_penalties,
-                                frequency_penalties, repetition_penalties, fallback=penalties.apply_penalties)
+        return builder.penalize(logits, prompt_token_ids, output_tokens, presence_penalties, frequency_penalties,
+                                repetition_penalties, fallback=penalties.apply_penalties, new=new)
 
     return apply_all_penalties
 
