@@ -100,7 +100,9 @@ def test_fused_kernels_match_compiled_op_arithmetic(program, device, case_log):
     (`x / p`), on contiguous logits at every step of a program, one scratch for all steps (it must
     come back all zero). On CPU the kernels run in Triton's interpreter and the op's arithmetic is
     the reference's torch code on CPU tensors; on CUDA both are on the device. Small vocabularies
-    get small blocks, so ids and lanes cross block boundaries."""
+    get small blocks, so ids and lanes cross block boundaries. On every other step the last
+    column reaches the kernels blanked, with its ids as the steady step's `new` ids: the counting
+    kernel must store them and count them, not the blanked ones."""
     case_log.record(program)
     run = PenaltiesRun(program)
     reference = HOTPATH.reference()(program.vocab_size, device, run.batch)
@@ -112,10 +114,18 @@ def test_fused_kernels_match_compiled_op_arithmetic(program, device, case_log):
         tokens = reference.output_tokens(rows)
         if counts.numel() < logits.numel():
             counts = torch.zeros(logits.numel(), dtype=torch.int32, device=device)
-        args = (prompt, tokens, presence, frequency, repetition)
-        expected = apply_penalties_(logits.clone(), *args, repetition_step=compiled_op_repetition_)
-        actual = fused.apply_penalties(logits.clone(), *args, counts, blocks=blocks)
+        expected = apply_penalties_(logits.clone(), prompt, tokens, presence, frequency, repetition,
+                                    repetition_step=compiled_op_repetition_)
+        given_tokens, new = tokens, None
+        if i % 2 and tokens.shape[1]:
+            last = tokens[:, -1]
+            new = torch.stack([torch.full_like(last, tokens.shape[1] - 1), last])
+            given_tokens = tokens.clone()
+            given_tokens[:, -1] = torch.where(last == program.vocab_size, 0, program.vocab_size)
+        actual = fused.apply_penalties(logits.clone(), prompt, given_tokens, presence, frequency, repetition,
+                                       counts, blocks=blocks, new=new)
         assert_same_bits(actual, expected, f"step {i}: penalized logits, fused kernels vs reference")
+        assert_same_bits(given_tokens, tokens, f"step {i}: output tokens after the kernels' write of new ids")
 
 
 @pytest.mark.check("conformance")
