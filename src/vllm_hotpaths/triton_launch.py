@@ -23,12 +23,15 @@ import torch
 import triton
 
 CHECKED_TRITON = ("3.6.",)  # CompiledKernel.run's calling convention as used below
-_WIDTHS = (("i32", range(-(2**31), 2**31)), ("i64", range(-(2**63), 2**63)), ("u64", range(2**63, 2**64)))
 
 
 def _width(value: int) -> str | None:
     """The integer type Triton gives an unspecialized int argument (None: none fits)."""
-    return next((width for width, values in _WIDTHS if value in values), None)
+    if -(2**31) <= value < 2**31:
+        return "i32"
+    if -(2**63) <= value < 2**63:
+        return "i64"
+    return "u64" if 0 <= value < 2**64 else None
 
 
 def unspecialized(*params: str) -> dict:
@@ -60,7 +63,7 @@ class Relauncher:
             elif isinstance(arg, torch.Tensor):
                 key.append(arg.dtype)
             elif type(arg) is int:
-                key.append("i32" if -0x80000000 <= arg < 0x80000000 else _width(arg))
+                key.append(_width(arg))
             else:
                 return None
         return tuple(key)
