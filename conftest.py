@@ -17,8 +17,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
-from properties import drift
-from vllm_hotpaths import fixtures, ledger, registry, vllm_env
+from vllm_hotpaths.testing import drift
+from vllm_hotpaths import registry, vllm_env
+from properties import REGRESSIONS
+from vllm_hotpaths.testing import fixtures, ledger
+from vllm_hotpaths.testing.laws import CaseLog, Side
 
 # Without a GPU, Triton kernels (ours and vLLM's) run in Triton's interpreter; this must happen
 # before any kernel module is imported.
@@ -49,7 +52,7 @@ def pytest_addoption(parser):
                     help="fail (instead of skip) the cuda cases when no GPU is visible")
     group.addoption("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR",
                     help="run the hot path's equivalence properties against this candidate")
-    group.addoption("--fixture-dir", default=None,
+    group.addoption("--fixture-dir", default=str(REGRESSIONS),
                     help="where failing properties write regression fixtures "
                          "(default: properties/regressions)")
 
@@ -68,6 +71,7 @@ def pytest_configure(config):
         "triton: runs Triton kernels: CPU cases need TRITON_INTERPRET=1, CUDA cases a process "
         "without it",
         "implementation(label): what the property compares, when it takes no candidate",
+        "law(name): a generic law's name where its check kind does not say it (errors, patch)",
         "needs_interpreter: a Triton case on CPU tensors (set by the device parametrization)",
         "needs_compiled_triton: a Triton case on CUDA tensors (set by the device parametrization)",
     ):
@@ -79,14 +83,22 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--impl {assignment}: {err}") from err
 
 
+DEVICES = ("cpu", "cuda")
+
+
+def device_marks(triton: bool) -> dict[str, list]:
+    return {"cpu": [pytest.mark.needs_interpreter] if triton else [],
+            "cuda": [pytest.mark.needs_cuda] + ([pytest.mark.needs_compiled_triton] if triton else [])}
+
+
 def pytest_generate_tests(metafunc):
+    if "hotpath" in metafunc.fixturenames and metafunc.definition.get_closest_marker("check"):
+        return generate_law_tests(metafunc)
     if "device" in metafunc.fixturenames:
         only = metafunc.definition.get_closest_marker("devices")
-        triton = metafunc.definition.get_closest_marker("triton") is not None
-        marks = {"cpu": [pytest.mark.needs_interpreter] if triton else [],
-                 "cuda": [pytest.mark.needs_cuda] + ([pytest.mark.needs_compiled_triton] if triton else [])}
+        marks = device_marks(metafunc.definition.get_closest_marker("triton") is not None)
         metafunc.parametrize("device", [
-            pytest.param(d, id=d, marks=marks[d]) for d in ("cpu", "cuda") if only is None or d in only.args
+            pytest.param(d, id=d, marks=marks[d]) for d in DEVICES if only is None or d in only.args
         ])
     if "candidate" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("hotpath")
@@ -96,6 +108,35 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("candidate", [
             pytest.param(c, id=c[0]) for c in hotpath.candidates()
         ])
+
+
+def generate_law_tests(metafunc):
+    """A generic law (properties/test_<law>.py): one test per hot path x candidate x device, each
+    marked with its hot path, for every hot path whose checks have that law."""
+    law = metafunc.definition.get_closest_marker("law")
+    law = law.args[0] if law else metafunc.definition.get_closest_marker("check").args[0]
+    argnames = [n for n in ("hotpath", "checks", "candidate", "device") if n in metafunc.fixturenames]
+    params = []
+    for hotpath in registry.HOTPATHS.values():
+        checks = hotpath.make_checks()
+        if checks is None or not checks.has_law(law, hotpath):
+            continue
+        candidates = [Side(name, factory, version) for name, factory, version in hotpath.candidates()] \
+            if "candidate" in argnames else [None]
+        marks = device_marks(checks.triton)
+        for candidate in candidates:
+            for device in checks.devices(law):
+                values = {"hotpath": hotpath, "checks": checks, "candidate": candidate, "device": device}
+                ids = [hotpath.name, device] + ([candidate.label] if candidate else [])
+                params.append(pytest.param(*(values[n] for n in argnames), id="-".join(ids),
+                                           marks=[pytest.mark.hotpath(hotpath.name), *marks[device]]))
+    metafunc.parametrize(argnames, params)
+
+
+@pytest.fixture(scope="session")
+def vllm_version():
+    """The installed vLLM's version (tests that take it are marked `needs_vllm`)."""
+    return vllm_env.installed_version()
 
 
 def pytest_runtest_setup(item):
@@ -145,33 +186,9 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
-class CaseLog:
-    """Per-test record of the examples a property ran, the last case, and excused divergences."""
-
-    def __init__(self) -> None:
-        self.examples = 0
-        self.last = None
-        self.excused: set[str] = set()
-        self.shown_by: str | None = None  # a committed fixture that shows an excused divergence
-        self.reference_version: str | None = None  # a conformance run against an older reference
-        # A drift check's judge: True when the ledger names the difference just raised (the
-        # stateful properties then end the run there and go on with the next one).
-        self.tolerates = lambda failure: False
-
-    def record(self, case) -> None:
-        self.examples += 1
-        self.last = case
-
-    def excuse(self, entry) -> None:
-        self.excuse_link(entry.link)
-
-    def excuse_link(self, link: str) -> None:
-        self.excused.add(link)
-
-
 @pytest.fixture
 def case_log():
-    return CaseLog()
+    return CaseLog(REGRESSIONS)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -188,10 +205,14 @@ def pytest_runtest_makereport(item, call):
     if hotpath is not None and check is not None:
         candidate = params.get("candidate")
         label = item.get_closest_marker("implementation")
-        if candidate:
+        if isinstance(candidate, Side):
+            implementation = candidate.label
+        elif candidate:
             implementation = candidate[0]
         elif label is not None:
             implementation = label.args[0]
+        elif log is not None and log.reference_version:  # a generic conformance or drift law
+            implementation = f"reference@{log.reference_version}"
         else:  # conformance: the reference that the installed vLLM is checked against
             implementation = f"reference@{drift.conformance_reference_version(hotpath.args[0], log)}"
         report.user_properties += [
@@ -205,10 +226,10 @@ def pytest_runtest_makereport(item, call):
         if log is not None and log.shown_by:
             report.user_properties.append(("fixture", log.shown_by))
     if report.failed and log is not None and log.last is not None and hotpath is not None:
-        directory = Path(item.config.getoption("fixture_dir") or fixtures.REGRESSIONS)
+        directory = Path(item.config.getoption("fixture_dir"))
         try:
             path = fixtures.save(directory, hotpath.args[0], log.last, source=item.nodeid)
-            report.user_properties.append(("fixture", fixtures.shown(path)))
+            report.user_properties.append(("fixture", fixtures.shown(path, item.config.rootpath)))
             message = f"shrunk case saved as regression fixture: {path}"
         except TypeError as err:  # a case that is not a dataclass cannot become a fixture
             message = f"no regression fixture written: {err}"

@@ -17,16 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strategies.logits_copy import BOUNDARY_SETTINGS, LogitsProgram, boundary_cases, logits_programs, run
-from properties import drift
-from strategies.penalties import note
-from vllm_hotpaths import fixtures, registry, vllm_env
-from vllm_hotpaths.bits import assert_same_bits
-from vllm_hotpaths.ledger import check_conformance
+from vllm_hotpaths.testing import drift
+from vllm_hotpaths.testing.cases import note
+from properties import committed_examples
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing.bits import assert_same_bits
+from vllm_hotpaths.testing.ledger import check_conformance
 from vllm_hotpaths.logits_copy import InvalidSamplingInput, RequestParams
 
 HOTPATH = registry.get("logits_copy")
 pytestmark = [pytest.mark.hotpath("logits_copy"), pytest.mark.triton]
-replayed = fixtures.replayed("logits_copy", LogitsProgram, "program")
+replayed = committed_examples("logits_copy", LogitsProgram, "program")
 
 
 def processed(impl, step, label: str) -> torch.Tensor:
@@ -111,7 +112,7 @@ bad_input_cases = st.one_of(
 
 
 @pytest.mark.check("equivalence")
-@fixtures.replayed("logits_copy", BadInputCase, "case")
+@committed_examples("logits_copy", BadInputCase, "case")
 @given(case=bad_input_cases)
 def test_bad_input_is_refused(case, candidate, device, case_log):
     """A parameter vLLM refuses (or would misread: ids outside the vocabulary) and rows that do
@@ -182,7 +183,7 @@ def check_reference_conforms(program: LogitsProgram, case_log) -> None:
 @pytest.mark.needs_vllm
 def test_older_reference_against_installed_vllm(case_log, request):
     """The older reference (what a fast path validated for the earlier vLLM implements) against
-    the installed vLLM: every difference must be a ledger change (properties/drift.py)."""
+    the installed vLLM: every difference must be a ledger change (vllm_hotpaths/testing/drift.py)."""
     drift.against_older_reference("logits_copy", case_log, request,
                                   lambda: test_reference_matches_installed_vllm(case_log=case_log),
                                   given_test=test_reference_matches_installed_vllm)

@@ -1,9 +1,10 @@
-"""Penalties properties: candidate == frozen reference, and reference == installed vLLM.
+"""Penalties: what the generic laws do not cover (those run `testing.cases.penalties.PenaltiesChecks`).
 
-At every sampler step of a generated program, the padded output-token tensor must be equal
-(shape, dtype int64, values) and the penalized logits equal bit for bit, on the same device.
-The async placeholder repair that runs before the sampler reads output lists is compared call by
-call: lists, their watchers' marks, waits for the previous step's copy, errors.
+The fused kernels against the compiled op's arithmetic, the reference against vLLM's compiled
+repetition op on CUDA, vLLM's own refusal of bad ids, and the async placeholder repair that runs
+before the sampler reads output lists, compared call by call: lists, their watchers' marks, waits
+for the previous step's copy, errors (bulk repair == reference, reference == installed vLLM,
+patched vLLM == upstream).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import pytest
 import torch
 from hypothesis import given
 
-from strategies.penalties import (InvalidIdCase, PenaltiesProgram, PenaltiesRun, PoisonedProgram, RepairCase,
-                                  invalid_id_cases, note, penalties_programs, poisoned_programs, repair_cases)
-from vllm_hotpaths import fixtures, registry, vllm_env
-from vllm_hotpaths.bits import assert_same_bits
-from vllm_hotpaths.ledger import check_conformance
+from strategies import invalid_id_cases, penalties_programs, repair_cases
+from vllm_hotpaths.testing.cases import note
+from vllm_hotpaths.testing.cases.penalties import InvalidIdCase, PenaltiesProgram, PenaltiesRun, RepairCase, assert_same_step
+from properties import committed_examples
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing.bits import assert_same_bits
 from vllm_hotpaths.penalties import InvalidTokenId, fused
 from vllm_hotpaths.penalties.fast import repair_placeholders_in_bulk
 from vllm_hotpaths.penalties.reference import (REPAIR_SINCE, apply_penalties_, compiled_op_repetition_,
@@ -25,69 +27,13 @@ from vllm_hotpaths.tracked_outputs import INPUT_BATCH
 
 HOTPATH = registry.get("penalties")
 pytestmark = pytest.mark.hotpath("penalties")
-replayed = fixtures.replayed("penalties", PenaltiesProgram, "program")
+replayed = committed_examples("penalties", PenaltiesProgram, "program")
 
 
-def assert_same_step(actual_impl, expected_impl, step, device, label: str, penalize_first: bool = False) -> None:
-    """Output tokens and penalized logits of one step, bit for bit. `penalize_first`: the step's
-    lists reach the candidate through `apply_all_penalties` first, as in vLLM (the tokens it wrote
-    are then read back with `output_tokens`), else through `output_tokens` first."""
-    def tokens():
-        expected_tokens = expected_impl.output_tokens(step.rows)
-        actual_tokens = actual_impl.output_tokens(step.rows)
-        assert_same_bits(actual_tokens, expected_tokens, f"{label}: output token tensor")
-
-    if not penalize_first:
-        tokens()
-    expected_logits = expected_impl.apply_all_penalties(*step.on(device))
-    actual_logits = actual_impl.apply_all_penalties(*step.on(device))
-    assert_same_bits(actual_logits, expected_logits, f"{label}: penalized logits")
-    if penalize_first:
-        tokens()
 
 
-@pytest.mark.check("equivalence")
-@replayed
-@given(program=penalties_programs())
-def test_candidate_matches_reference(program, candidate, device, case_log):
-    case_log.record(program)
-    name, factory, version = candidate
-    run = PenaltiesRun(program)
-    reference = HOTPATH.reference(version)(program.vocab_size, device, run.batch)
-    fast = factory(program.vocab_size, device, run.batch)
-    for i, step in enumerate(run.steps()):
-        assert_same_step(fast, reference, step, device, f"step {i} ({name} vs reference {version})",
-                         penalize_first=i % 2 == 1)
 
 
-@pytest.mark.check("equivalence")
-@fixtures.replayed("penalties", PenaltiesProgram, "case", convert=PoisonedProgram.of)
-@fixtures.replayed("penalties", PoisonedProgram, "case")
-@given(case=poisoned_programs())
-def test_invalid_ids_raise_the_same_error(case, candidate, device, case_log):
-    """An id below -1 or above V (or not an integer), replacing one or appended in a step's new
-    ids, raises InvalidTokenId naming the same place on both sides; once it is fixed (to 0), the
-    candidate agrees with the reference again."""
-    case_log.record(case)
-    name, factory, version = candidate
-    run = PenaltiesRun(case.program)
-    reference = HOTPATH.reference(version)(case.vocab_size, device, run.batch)
-    fast = factory(case.vocab_size, device, run.batch)
-    step = None
-    for step in run.steps():
-        assert_same_step(fast, reference, step, device, f"{name} before the bad id")
-    if step is None or (poisoned := case.poison(step.rows)) is None:
-        return
-    row, pos = poisoned
-    note(f"invalid id: {case.bad}, " + ("appended to every row" if case.append else "replaced"))
-    errors = []
-    for impl in (reference, fast):
-        with pytest.raises(InvalidTokenId) as caught:
-            impl.output_tokens(step.rows)
-        errors.append(str(caught.value))
-    assert errors[1] == errors[0]
-    row[pos] = 0
-    assert_same_step(fast, reference, step, device, f"{name} after the bad id was fixed")
 
 
 @pytest.mark.check("equivalence")
@@ -145,57 +91,13 @@ def test_cuda_reference_matches_compiled_op(program, device, case_log):
         assert_same_step(reference, compiled, step, device, f"step {i} (reference vs compiled op)")
 
 
-@pytest.mark.check("conformance")
-@pytest.mark.needs_vllm
-@replayed
-@given(program=penalties_programs())
-def test_reference_matches_installed_vllm(program, case_log):
-    """Frozen reference == the installed vLLM's `apply_all_penalties` (CPU), via the ledger."""
-    case_log.record(program)
-    version = vllm_env.installed_version()
-    run = PenaltiesRun(program)
-    reference = HOTPATH.reference(version)(program.vocab_size, "cpu", run.batch)
-    live = registry.resolve(HOTPATH.live)(program.vocab_size, "cpu", run.batch)
-
-    def compare():
-        for i, step in enumerate(run.steps()):
-            assert_same_step(reference, live, step, "cpu", f"step {i} (reference vs vLLM {version})")
-
-    entry = check_conformance("penalties", version, program, compare)
-    if entry is not None:
-        case_log.excuse(entry)
 
 
-@pytest.mark.check("equivalence")
-@pytest.mark.needs_vllm
-@pytest.mark.devices("cpu")
-@pytest.mark.implementation("plugin patch")
-@pytest.mark.plugin_patch
-@replayed
-@given(program=penalties_programs())
-def test_patched_vllm_matches_upstream(program, device, case_log):
-    """The v1 sampler's `apply_all_penalties` with the plugin's patch installed == upstream's,
-    penalized logits bit for bit at every step of a program (tracked and plain lists, swaps,
-    async placeholders, trims)."""
-    from vllm_hotpaths.penalties import patch
-
-    case_log.record(program)
-    run = PenaltiesRun(program)
-    patch.install()
-    try:
-        patched = vllm_env.import_vllm(patch.CALLERS[0]).apply_all_penalties
-        upstream = patch.UPSTREAM["apply_all_penalties"]
-        for i, step in enumerate(run.steps()):
-            expected = upstream(*step.on(device))
-            actual = patched(*step.on(device))
-            assert_same_bits(actual, expected, f"step {i}: penalized logits, patched vs upstream")
-    finally:
-        patch.uninstall()
 
 
 @pytest.mark.check("conformance")
 @pytest.mark.needs_vllm
-@fixtures.replayed("penalties", InvalidIdCase, "case")
+@committed_examples("penalties", InvalidIdCase, "case")
 @given(case=invalid_id_cases())
 def test_vllm_rejects_what_the_reference_rejects(case, case_log):
     """Ids outside [-1, V] are an error upstream too (deep in scatter_add_), never a tensor."""
@@ -222,7 +124,7 @@ def installed_repair_rule_differs() -> str | None:
 
 @pytest.mark.check("equivalence")
 @pytest.mark.implementation("bulk placeholder repair")
-@fixtures.replayed("penalties", RepairCase, "case")
+@committed_examples("penalties", RepairCase, "case")
 @given(case=repair_cases())
 def test_bulk_repair_matches_reference(case, case_log):
     """The bulk repair leaves every list, its type and its watchers' marks as the reference's
@@ -233,7 +135,7 @@ def test_bulk_repair_matches_reference(case, case_log):
 
 @pytest.mark.check("conformance")
 @pytest.mark.needs_vllm
-@fixtures.replayed("penalties", RepairCase, "case")
+@committed_examples("penalties", RepairCase, "case")
 @given(case=repair_cases())
 def test_repair_reference_matches_installed_vllm(case, case_log):
     """The reference repair == the installed vLLM's `InputBatch.update_async_output_token_ids`,
@@ -249,7 +151,7 @@ def test_repair_reference_matches_installed_vllm(case, case_log):
 @pytest.mark.needs_vllm
 @pytest.mark.implementation("plugin patch")
 @pytest.mark.plugin_patch
-@fixtures.replayed("penalties", RepairCase, "case")
+@committed_examples("penalties", RepairCase, "case")
 @given(case=repair_cases())
 def test_patched_repair_matches_upstream(case, case_log):
     """With the plugin's patch installed, `InputBatch.update_async_output_token_ids` == upstream's."""

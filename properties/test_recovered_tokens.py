@@ -12,17 +12,19 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from properties import drift
+from vllm_hotpaths.testing import drift
 from strategies.recovered_tokens import RecoveryCase, recovery_cases
-from vllm_hotpaths import fixtures, registry, vllm_env
-from vllm_hotpaths.ledger import position_entries
+from properties import REGRESSIONS, SUITE_ROOT, committed_examples
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing import fixtures
+from vllm_hotpaths.testing.ledger import position_entries
 from vllm_hotpaths.recovered_tokens import InvalidRecoveryInput
-from vllm_hotpaths.recovered_tokens.oracle import assert_in_vocab, compare_ids
+from vllm_hotpaths.testing.oracles.recovered_tokens import assert_in_vocab, compare_ids
 from vllm_hotpaths.recovered_tokens.reference import torch_recover
 
 HOTPATH = registry.get("recovered_tokens")
 pytestmark = [pytest.mark.hotpath("recovered_tokens"), pytest.mark.triton]
-replayed = fixtures.replayed("recovered_tokens", RecoveryCase, "case")
+replayed = committed_examples("recovered_tokens", RecoveryCase, "case")
 CHANGE_LINK = "https://github.com/vllm-project/vllm/pull/34974"
 
 
@@ -120,7 +122,7 @@ def test_reciprocal_change_moves_only_near_ties(case, device, case_log):
 @pytest.mark.implementation("reference@0.16.0 vs reference@0.22.0")
 def test_reciprocal_change_fixtures_show_different_ids(device, case_log):
     """The committed counterexamples of PR #34974: the two references pick different ids there."""
-    shown = [(path, case) for path, case in fixtures.load(fixtures.REGRESSIONS, "recovered_tokens", RecoveryCase)
+    shown = [(path, case) for path, case in fixtures.load(REGRESSIONS, "recovered_tokens", RecoveryCase)
              if fixtures.link_of(path) == CHANGE_LINK]
     assert shown, f"no fixture linked to {CHANGE_LINK}"
     for path, case in shown:
@@ -129,7 +131,7 @@ def test_reciprocal_change_fixtures_show_different_ids(device, case_log):
         new = recovered(HOTPATH.reference("0.22.0")(device, case.reference_tiles()), case, device)
         assert not torch.equal(old, new), f"{path.name}: 0.16 and 0.22 agree on it"
         case_log.excuse_link(CHANGE_LINK)
-        case_log.shown_by = str(path.relative_to(fixtures.REPO))
+        case_log.shown_by = str(path.relative_to(SUITE_ROOT))
 
 
 @pytest.mark.check("conformance")
@@ -156,7 +158,7 @@ def test_reference_matches_installed_vllm(case, device, case_log):
 @pytest.mark.devices("cpu")
 def test_older_reference_against_installed_vllm(device, case_log, request):
     """The older reference against the installed vLLM's kernel: every difference must be a
-    ledger change (properties/drift.py)."""
+    ledger change (vllm_hotpaths/testing/drift.py)."""
     drift.against_older_reference("recovered_tokens", case_log, request,
                                   lambda: test_reference_matches_installed_vllm(device=device, case_log=case_log),
                                   given_test=test_reference_matches_installed_vllm)

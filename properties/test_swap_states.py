@@ -6,7 +6,7 @@ placeholders, embedding prompts, allowed-token masks, generators, bad words, LoR
 them (one, several, all; re-adds fill the holes), sets drafts, appends tokens, swaps rows
 (equal and unequal active lengths, a row with itself, empty rows, rows out of range) and
 condenses. After every operation the batches must agree under the oracle
-(`vllm_hotpaths.swap_states.oracle`); a refused call (a swap of an empty or out-of-range row, a
+(`vllm_hotpaths.testing.oracles.swap_states`); a refused call (a swap of an empty or out-of-range row, a
 second condense in one step) must be refused the same way, before anything moved. The
 operations run are the case: a failure writes them as a fixture.
 """
@@ -19,13 +19,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from properties import drift
-from strategies.penalties import note
+from vllm_hotpaths.testing import drift
+from vllm_hotpaths.testing.cases import note
 from strategies.swap_states import (Side, SwapProgram, SwapRun, UpstreamMethods, add_ops, programs_header,
                                     standalone, vllm_batch)
-from vllm_hotpaths import fixtures, ledger, registry, vllm_env
+from properties import REGRESSIONS
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing import fixtures, ledger
 from vllm_hotpaths.swap_states import patch as swap_states_patch
-from vllm_hotpaths.swap_states.oracle import MASK, assert_same_on_device, differences, mask_rows_differing
+from vllm_hotpaths.testing.oracles.swap_states import MASK, assert_same_on_device, differences, mask_rows_differing
 from vllm_hotpaths.think_budget import Move
 
 HOTPATH = registry.get("swap_states")
@@ -237,7 +239,7 @@ def _candidate_sides(candidate, on_vllm: bool):
 
     def make_sides(program):
         if on_vllm:
-            from vllm_hotpaths.swap_states.live import move_directions
+            from vllm_hotpaths.testing.live.swap_states import move_directions
 
             return [Side(standalone(program, vllm_env.installed_version()), reference(Move)),
                     Side(vllm_batch(program), factory(move_directions()), vllm=True)]
@@ -257,7 +259,7 @@ def _upstream_sides(case_log):
     return make_sides
 
 
-FIXTURES = fixtures.load(fixtures.REGRESSIONS, "swap_states", SwapProgram)
+FIXTURES = fixtures.load(REGRESSIONS, "swap_states", SwapProgram)
 FIXTURE_IDS = [path.stem for path, _ in FIXTURES]
 
 
@@ -331,6 +333,6 @@ def test_reference_matches_installed_vllm_on_fixtures(program, case_log):
 @pytest.mark.check("drift")
 def test_older_reference_against_installed_vllm(case_log, request):
     """The older reference against the installed vLLM's InputBatch: every difference must be a
-    ledger change (properties/drift.py)."""
+    ledger change (vllm_hotpaths/testing/drift.py)."""
     drift.against_older_reference("swap_states", case_log, request,
                                   lambda: test_reference_matches_installed_vllm(case_log))

@@ -16,12 +16,14 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from properties import drift
-from strategies.penalties import note
+from vllm_hotpaths.testing import drift
+from vllm_hotpaths.testing.cases import note
 from strategies.think_budget import (BadConfig, ThinkDraws, ThinkProgram, ThinkRun, bad_configs,
                                      small_counts, takes_budgets, think_configs)
-from vllm_hotpaths import fixtures, registry, vllm_env
-from vllm_hotpaths.bits import assert_same_bits
+from properties import REGRESSIONS, committed_examples
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing import fixtures
+from vllm_hotpaths.testing.bits import assert_same_bits
 from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.think_budget import BatchUpdate, InvalidBudget, InvalidThinkConfig, Params, ThinkConfig
 
@@ -246,7 +248,7 @@ def test_candidate_matches_reference(candidate, device, spec, case_log):
                         f"{name} vs reference {version}"))
 
 
-REPLAYED = fixtures.load(fixtures.REGRESSIONS, "think_budget", ThinkProgram)
+REPLAYED = fixtures.load(REGRESSIONS, "think_budget", ThinkProgram)
 
 
 @pytest.mark.check("equivalence")
@@ -277,7 +279,7 @@ def test_reference_matches_installed_vllm(spec, case_log):
 @SPEC_MODES
 def test_older_reference_against_installed_vllm(spec, case_log, request):
     """The older reference, driven as the installed vLLM drives its holder: every difference
-    must be a ledger change (properties/drift.py)."""
+    must be a ledger change (vllm_hotpaths/testing/drift.py)."""
     drift.against_older_reference("think_budget", case_log, request,
                                   lambda: test_reference_matches_installed_vllm(spec, case_log))
 
@@ -286,8 +288,8 @@ def patched_vllm_holder(config: ThinkConfig):
     """vLLM's holder API as an InputBatch built with the plugin's patch installed holds it."""
     from types import SimpleNamespace
 
-    from vllm_hotpaths.swap_states.live import live_batch
-    from vllm_hotpaths.think_budget.live import LiveThinkBudget
+    from vllm_hotpaths.testing.live.swap_states import live_batch
+    from vllm_hotpaths.testing.live.think_budget import LiveThinkBudget
     from vllm_hotpaths.think_budget.patch import FastHolder
 
     side = LiveThinkBudget(config, "cpu")
@@ -369,7 +371,7 @@ def refused_by(version: str, case: BadConfig) -> bool:
 
 
 @pytest.mark.check("equivalence")
-@fixtures.replayed("think_budget", BadConfig, "case")
+@committed_examples("think_budget", BadConfig, "case")
 @given(case=bad_configs("0.33.0"))
 def test_bad_config_raises_the_same_error(case, candidate, case_log):
     """Marker ids outside the vocabulary, and budgets the version refuses, raise the reference's

@@ -1,54 +1,16 @@
-"""Penalties cases: programs of upstream batch transitions, with sampler calls in between.
-
-A `PenaltiesProgram` is plain data (its repr is valid Python, its JSON is a fixture): a vocabulary
-size, the batch's capacity, and a list of operations. `PenaltiesRun` replays it on a `TokenBatch`
-and yields the sampler's inputs at every `step` operation, so properties compare implementations
-on the states upstream really reaches, including the ones where the lists and `token_ids_cpu`
-disagree (async placeholders, repairs that shrink a list, optimistic extension and trim).
-
-A `RepairCase` is one call of vLLM's async placeholder repair on a stand-in batch (lists, previous
-step's rows, sampled ids), for the bulk repair's properties.
-
-Operations (row arguments are taken modulo the number of requests):
-  ("add", prompt, output, tracked, presence, frequency, repetition)
-  ("remove", row)                       remove, then condense (last row moves into the hole)
-  ("swap", i, j)
-  ("sample", tokens)                    synchronous: row r appends tokens[r % len]
-  ("async", sampled)                    async bookkeeping: -1 appended; sampled[r % len] pending
-  ("repair", skipped)                   0.22 placeholder repair; rows in `skipped` keep their -1
-  ("decode", tokens)                    one async decode round as the sampler sees it: row r
-                                        appends a -1, repaired to tokens[r % len] (the steady step)
-  ("spec", drafts)                      row r gets drafts[r % len] as spec tokens
-  ("extend", counts)                    optimistic -1 extension by counts[r % len]
-  ("trim", row, keep)                   del out[keep:] (KV-load discard / over-extension)
-  ("spec_round", accepted, sampled)     one zero-bubble async spec-decode round per row: -1
-                                        bookkeeping, optimistic extension by the row's draft
-                                        count (2 when it has none), then repair with
-                                        1 + accepted[r % len] ids (the list shrinks when fewer
-                                        drafts were accepted)
-  ("stale", row, sampled, token)        async round whose repair skips `row` (it was not in the
-                                        previous batch), then a synchronous token for every row:
-                                        `row` keeps an interior -1
-  ("step", bonus, seed, contiguous, specials)
-                                        call the sampler: rows are the live lists, or combined
-                                        with drafts when `bonus`; logits from `seed`, then
-                                        `specials` = ((row, col, value), ...) written over them
-"""
+"""Penalties generators: programs of upstream batch transitions with sampler steps between them
+(the schema and its operations: `vllm_hotpaths.testing.cases.penalties`), decode runs, poisoned
+programs, invalid-id cases and placeholder-repair cases."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Iterator
 
 import numpy as np
-import torch
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 
-from vllm_hotpaths.batch import TokenBatch
-from vllm_hotpaths.tracked_list import TrackedTokenList
+from vllm_hotpaths.testing.cases import note
+from vllm_hotpaths.testing.cases.penalties import InvalidIdCase, PenaltiesProgram, PoisonedProgram, RepairCase
 
 SPECIAL_LOGITS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 1e-40, -1e-40,
                   3.4e38, -3.4e38, 1.0, -1.0)
@@ -58,22 +20,6 @@ PRESENCE_EDGES = (0.0, -0.0, 2.0, -2.0, 1.5, 1e-7)
 VOCAB_EDGES = (1, 2, 3, 7, 8, 9, 31, 32, 33, 64, 151936)
 
 
-@dataclass(frozen=True)
-class PenaltiesProgram:
-    vocab_size: int
-    max_num_reqs: int
-    max_model_len: int
-    ops: tuple[tuple, ...]
-
-
-def note(label: str) -> None:
-    """`hypothesis.event`, tolerated outside a test (benchmarks replay programs too)."""
-    try:
-        from hypothesis import event
-
-        event(label)
-    except InvalidArgument:
-        pass
 
 
 # -- generation ---------------------------------------------------------------------------
@@ -167,51 +113,6 @@ def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penalti
     return PenaltiesProgram(vocab, max_num_reqs, max_model_len, tuple(prelude + ops + [final]))
 
 
-@dataclass(frozen=True)
-class PoisonedProgram:
-    """A program whose last step's rows then get one invalid id: `bad` is "below" (-2), "above"
-    (V + 1) or "float" (1.5). It replaces the id at row `row`, position `pos` (both taken modulo
-    the non-empty rows and their lengths), or, with `append`, every row gets one more id (0) and
-    row `row`'s is the bad one (a steady decode step's shape)."""
-
-    vocab_size: int
-    max_num_reqs: int
-    max_model_len: int
-    ops: tuple[tuple, ...]
-    row: int = 0
-    pos: int = 0
-    bad: str = "below"
-    append: bool = False
-
-    @classmethod
-    def of(cls, program: PenaltiesProgram, row: int = 0, pos: int = 0, bad: str = "below",
-           append: bool = False):
-        return cls(program.vocab_size, program.max_num_reqs, program.max_model_len, program.ops,
-                   row, pos, bad, append)
-
-    @property
-    def program(self) -> PenaltiesProgram:
-        return PenaltiesProgram(self.vocab_size, self.max_num_reqs, self.max_model_len, self.ops)
-
-    def bad_value(self):
-        return {"below": -2, "above": self.vocab_size + 1, "float": 1.5}[self.bad]
-
-    def poison(self, rows: list[list[int]]) -> tuple[list[int], int] | None:
-        """Put the bad id into `rows` (the last step's lists); returns its list and position,
-        None when there is no place for it (no row, or only empty rows and no `append`)."""
-        if self.append and rows:
-            for row in rows:
-                row.append(0)
-            target = rows[self.row % len(rows)]
-            pos = len(target) - 1
-        else:
-            filled = [row for row in rows if len(row)]
-            if not filled:
-                return None
-            target = filled[self.row % len(filled)]
-            pos = self.pos % len(target)
-        target[pos] = self.bad_value()
-        return target, pos
 
 
 def poisoned_programs() -> st.SearchStrategy[PoisonedProgram]:
@@ -219,21 +120,6 @@ def poisoned_programs() -> st.SearchStrategy[PoisonedProgram]:
                      st.sampled_from(["below", "above", "float"]), st.booleans())
 
 
-@dataclass(frozen=True)
-class InvalidIdCase:
-    """Output rows with one id outside [-1, vocab_size] inserted at (row, pos)."""
-
-    vocab_size: int
-    rows: tuple[tuple[int, ...], ...]
-    row: int
-    pos: int
-    bad: int
-
-    def output_rows(self) -> list[list[int]]:
-        rows = [list(r) for r in self.rows]
-        target = rows[self.row % len(rows)]
-        target.insert(self.pos % (len(target) + 1), self.bad)
-        return rows
 
 
 @st.composite
@@ -246,61 +132,6 @@ def invalid_id_cases(draw) -> InvalidIdCase:
     return InvalidIdCase(vocab, rows, draw(st.integers(0, 3)), draw(st.integers(0, 5)), bad)
 
 
-@dataclass(frozen=True)
-class RepairCase:
-    """One call of vLLM's async placeholder repair (`update_async_output_token_ids`) on a batch:
-    output lists (`TrackedTokenList`s where `tracked`, watched by two keys while they held their
-    first `synced[r]` ids (all of them when None or not given), the second marked at index
-    `marks[r] % synced` when not None, the rest appended after), the previous step's row of each
-    request (`previous`, None: not in the previous step; an index past `sampled` is an error
-    upstream too) and the ids sampled then (`sampled`: one row per previous request, -1 after its
-    valid ids)."""
-
-    rows: tuple[tuple[int, ...], ...]
-    tracked: tuple[bool, ...]
-    marks: tuple[int | None, ...]
-    previous: tuple[int | None, ...]
-    sampled: tuple[tuple[int, ...], ...]
-    synced: tuple[int | None, ...] = ()
-
-    def batch(self):
-        """A stand-in holding what the repair reads, and the list its event's waits go to."""
-        outputs = []
-        for r, (row, tracked, mark) in enumerate(zip(self.rows, self.tracked, self.marks)):
-            if not tracked:
-                outputs.append(list(row))
-                continue
-            synced = self.synced[r] if r < len(self.synced) and self.synced[r] is not None else len(row)
-            output = TrackedTokenList(row[:synced])
-            output.watch(1)
-            output.watch(2)
-            if mark is not None and output:
-                output[mark % len(output)] = output[mark % len(output)]  # lowers both marks
-                output.watch(1)
-            output.extend(row[synced:])  # after the watchers synced, as vLLM's placeholders are
-            outputs.append(output)
-        waits: list[int] = []
-        batch = SimpleNamespace(
-            sampling_metadata=SimpleNamespace(output_token_ids=outputs),
-            sampled_token_ids_cpu=torch.tensor(self.sampled, dtype=torch.int64).reshape(len(self.sampled), -1),
-            async_copy_ready_event=SimpleNamespace(synchronize=lambda: waits.append(1)),
-            prev_req_id_to_index={f"r{r}": p for r, p in enumerate(self.previous) if p is not None},
-            req_ids=[f"r{r}" for r in range(len(self.rows))])
-        return batch, waits
-
-    def outcome(self, repair) -> tuple:
-        """What `repair(batch)` leaves: each list's type, ids and marks, how often it waited for
-        the previous step's copy, and the error it raised (type and message) if any."""
-        batch, waits = self.batch()
-        try:
-            repair(batch)
-            error = None
-        except Exception as err:  # compared, not hidden: both sides must raise the same
-            error = (type(err).__name__, str(err))
-        lists = [(type(o).__name__, list(o),
-                  (o.dirty_from(1), o.dirty_from(2), o.seen) if type(o) is TrackedTokenList else None)
-                 for o in batch.sampling_metadata.output_token_ids]
-        return lists, len(waits), error
 
 
 @st.composite
@@ -355,131 +186,5 @@ def repair_cases(draw) -> RepairCase:
     return RepairCase(tuple(map(tuple, rows)), tuple(tracked), tuple(marks), tuple(previous),
                       tuple(map(tuple, sampled)), tuple(synced))
 
-# -- replay -------------------------------------------------------------------------------
-@dataclass
-class PenaltiesStep:
-    """The sampler's inputs at one step (host tensors; `on(device)` gives fresh copies)."""
-
-    rows: list[list[int]]
-    prompt_tokens: torch.Tensor
-    presence: torch.Tensor
-    frequency: torch.Tensor
-    repetition: torch.Tensor
-    logits: torch.Tensor
-    contiguous: bool
-
-    def on(self, device: torch.device | str):
-        logits = self.logits.to(device, copy=True)  # penalized in place: never the step's own tensor
-        if not self.contiguous:  # same values, transposed strides (CUDA takes the torch fallback)
-            logits = logits.t().contiguous().t()
-        return (logits, self.prompt_tokens.to(device), self.presence.to(device),
-                self.frequency.to(device), self.repetition.to(device), self.rows)
 
 
-class PenaltiesRun:
-    def __init__(self, program: PenaltiesProgram) -> None:
-        self.program = program
-        self.batch = TokenBatch(program.max_num_reqs, program.max_model_len, program.vocab_size)
-
-    def steps(self) -> Iterator[PenaltiesStep]:
-        batch = self.batch
-        for op in self.program.ops:
-            name, args = op[0], op[1:]
-            n = batch.num_reqs
-            if name == "add":
-                prompt, output, tracked, presence, frequency, repetition = args
-                if n < batch.max_num_reqs and len(prompt) + len(output) <= batch.max_model_len:
-                    batch.add_request(prompt, output, (presence, frequency, repetition), tracked)
-                    note("plain-list row" if not tracked else "tracked row")
-            elif n == 0:
-                if name == "step":
-                    note("empty batch")
-                    yield self._step(*args)
-            elif name == "remove":
-                if args[0] % n != n - 1:
-                    note("condense moved a row")
-                batch.remove_request(args[0] % n)
-            elif name == "swap":
-                if args[0] % n != args[1] % n:
-                    note("swap moved rows")
-                batch.swap(args[0] % n, args[1] % n)
-            elif name == "sample":
-                for r in range(n):
-                    batch.sample(r, args[0][r % len(args[0])])
-            elif name == "async":
-                for r in range(n):
-                    batch.sample_async(r, args[0][r % len(args[0])])
-            elif name == "repair":
-                skipped = {s % n for s in args[0]}
-                for r in range(n):
-                    if r in skipped:
-                        batch.drop_pending(r)
-                    else:
-                        self._repair(r)
-            elif name == "decode":
-                for r in range(n):
-                    batch.sample_async(r, (args[0][r % len(args[0])],))
-                    self._repair(r)
-            elif name == "spec":
-                for r in range(n):
-                    batch.set_spec(r, args[0][r % len(args[0])])
-            elif name == "extend":
-                for r in range(n):
-                    batch.extend_optimistic(r, args[0][r % len(args[0])])
-            elif name == "trim":
-                batch.trim(args[0] % n, args[1])
-                note("trim")
-            elif name == "spec_round":
-                accepted, sampled = args
-                for r in range(n):
-                    drafts = len(batch.spec_token_ids[r]) or 2
-                    ok = min(accepted[r % len(accepted)], drafts)
-                    ids = [sampled[(r + j) % len(sampled)] for j in range(ok + 1)]
-                    batch.sample_async(r, ids + [-1] * (drafts - ok))
-                    batch.extend_optimistic(r, drafts)
-                    self._repair(r)
-            elif name == "stale":
-                row, sampled, token = args
-                for r in range(n):
-                    batch.sample_async(r, sampled)
-                    if r == row % n:
-                        batch.drop_pending(r)
-                    else:
-                        self._repair(r)
-                    batch.sample(r, token)
-            elif name == "step":
-                yield self._step(*args)
-            else:
-                raise ValueError(f"unknown penalties operation {op!r}")
-
-    def _repair(self, r: int) -> None:
-        before = len(self.batch.req_output_token_ids[r])
-        self.batch.repair(r)
-        if len(self.batch.req_output_token_ids[r]) < before:
-            note("repair shrank a list")
-
-    def _step(self, bonus: bool, seed: int, contiguous: bool, specials) -> PenaltiesStep:
-        batch = self.batch
-        rows = batch.combined_rows() if bonus else batch.req_output_token_ids
-        b, v = batch.num_reqs, batch.vocab_size
-        gen = torch.Generator().manual_seed(seed)
-        logits = torch.randn((b, v), generator=gen) * 4
-        logits[logits.abs() < 0.5] = 0.0  # exact zeros take the multiply branch
-        for row, col, value in specials:
-            if b:
-                logits[row % b, col % v] = value
-        self._note_rows(rows, v)
-        presence, frequency, repetition = batch.penalty_tensors()
-        return PenaltiesStep(rows, batch.prompt_tokens(), presence, frequency, repetition,
-                             logits, contiguous)
-
-    @staticmethod
-    def _note_rows(rows, vocab_size: int) -> None:
-        if rows and all(len(r) == 0 for r in rows):
-            note("all rows empty")
-        for r in rows:
-            if -1 in r:
-                first_real_after = any(t != -1 for t in r[r.index(-1):])
-                note("interior -1" if first_real_after else "trailing -1 run")
-            if vocab_size in r:
-                note("pad id V inside a row")

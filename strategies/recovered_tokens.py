@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from strategies.penalties import note
+from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.recovered_tokens import Tiles
 
 NOISE_EDGES = (0.0, 2.0 ** -24, 1e-30, 1e-40, 2.0 ** 126, 3e38, math.inf, 1.0)

@@ -33,10 +33,11 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from strategies.penalties import note
-from vllm_hotpaths.swap_states import CondensedAlready, InvalidRow, check_swap_rows, live
-from vllm_hotpaths.swap_states.oracle import Lists
-from vllm_hotpaths.swap_states.state import BatchState, Request, book_token
+from vllm_hotpaths.testing.cases import note
+from vllm_hotpaths.swap_states import CondensedAlready, InvalidRow, check_swap_rows
+from vllm_hotpaths.testing.live import swap_states as live
+from vllm_hotpaths.testing.oracles.swap_states import Lists
+from vllm_hotpaths.testing.batches.swap_states import BatchState, Request, book_token
 
 
 @dataclass(frozen=True)

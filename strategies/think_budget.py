@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from hypothesis import strategies as st
 
-from strategies.penalties import note
+from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.think_budget import BatchUpdate, Move, Params, ThinkConfig
 from vllm_hotpaths.tracked_list import TrackedTokenList

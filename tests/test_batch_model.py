@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_hotpaths import vllm_env
-from vllm_hotpaths.batch import TokenBatch
+from vllm_hotpaths.testing.batches.penalties import TokenBatch
 
 pytestmark = pytest.mark.needs_vllm
 

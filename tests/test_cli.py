@@ -86,7 +86,7 @@ def test_candidate_missing_a_method_is_a_clear_usage_error(run_cli):
 
 
 def test_gate_record_keeps_only_hot_paths_whose_checks_all_held(tmp_path):
-    from vllm_hotpaths.gate import Row, record
+    from vllm_hotpaths.testing.gate import Row, record
 
     def row(hotpath, check, device, status):
         outcomes = {"pass": ["passed"], "fail": ["failed"], "skip": ["skipped"]}[status]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from vllm_hotpaths import e2e
+from vllm_hotpaths.testing import e2e
 
 MARKERS = e2e.DUMMY_MARKERS
 

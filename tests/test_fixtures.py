@@ -5,7 +5,8 @@ import math
 from hypothesis import given, settings
 
 from strategies.penalties import PenaltiesProgram, penalties_programs
-from vllm_hotpaths import fixtures
+from properties import REGRESSIONS
+from vllm_hotpaths.testing import fixtures
 
 
 def same(a, b):
@@ -30,11 +31,11 @@ def test_round_trip(tmp_path_factory, program):
 
 
 def test_committed_fixtures_are_replayed_as_examples():
-    committed = fixtures.load(fixtures.REGRESSIONS, "penalties", PenaltiesProgram)
+    committed = fixtures.load(REGRESSIONS, "penalties", PenaltiesProgram)
     assert committed, "the upstream-bug fixtures are committed"
     seen = []
 
-    @fixtures.replayed("penalties", PenaltiesProgram, "program")
+    @fixtures.replayed("penalties", PenaltiesProgram, "program", REGRESSIONS)
     @settings(phases=[__import__("hypothesis").Phase.explicit], database=None)
     @given(program=penalties_programs())
     def probe(program):

@@ -3,8 +3,8 @@ entry fails."""
 
 import pytest
 
-from vllm_hotpaths import ledger
-from vllm_hotpaths.ledger import KnownDivergence, LedgerEntryStale, check_conformance
+from vllm_hotpaths.testing import ledger
+from vllm_hotpaths.testing.ledger import KnownDivergence, LedgerEntryStale, check_conformance
 
 ENTRY = KnownDivergence(
     hotpath="demo", first_version="0.16.0", last_version="0.22.0",
@@ -62,7 +62,7 @@ def test_versions_order_like_pip():
 
 def test_drift_names_only_matching_changes():
     from strategies.swap_states import SwapProgram
-    from vllm_hotpaths.ledger import explain_drift, older_reference_version
+    from vllm_hotpaths.testing.ledger import explain_drift, older_reference_version
 
     assert older_reference_version("swap_states", "0.33.0") == "0.16.0"
     assert older_reference_version("swap_states", "0.22.0") is None

@@ -33,8 +33,8 @@ plugin.register()  # a second load, as a second engine in the process would
 for name, (owner, attr) in targets.items():
     print(name, "PATCHED" if getattr(owner, attr) is not before[name] else "UPSTREAM")
 # A real InputBatch with a reasoning config, and one request added as the model runner adds it.
-from vllm_hotpaths.swap_states.live import add, live_batch
-from vllm_hotpaths.swap_states.state import Request
+from vllm_hotpaths.testing.live.swap_states import add, live_batch
+from vllm_hotpaths.testing.batches.swap_states import Request
 live = live_batch(4, 32, 64, (16,), reasoning_config=SimpleNamespace(
     reasoning_start_token_ids=[5], reasoning_end_token_ids=[6]))
 output = [1, 2]

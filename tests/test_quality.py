@@ -15,11 +15,11 @@ from properties.quality import swap_states as swap_states_mutants
 from properties.quality import think_budget as think_budget_mutants
 
 
-@pytest.mark.parametrize("mutant, prop", penalties_mutants.MUTANTS.items())
-def test_penalties_mutant_is_caught(mutant, prop, run_cli, tmp_path):
+@pytest.mark.parametrize("mutant, law", penalties_mutants.MUTANTS.items())
+def test_penalties_mutant_is_caught(mutant, law, run_cli, tmp_path):
     result = run_cli(
-        "-m", "pytest", "properties/test_penalties.py", "-q", "-x", "-p", "no:cacheprovider",
-        "-k", f"{prop} and cpu", "--hypothesis-profile", "ci",
+        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-k", "penalties and cpu", "--hypothesis-profile", "ci",
         "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
         VLLM_HOTPATHS_NO_REPLAY="1",
     )

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 
-from vllm_hotpaths.e2e import write_dummy_model  # noqa: E402
+from vllm_hotpaths.testing.e2e import write_dummy_model  # noqa: E402
 
 DEFAULTS = [5000, 2, 128]
 LENGTH, REPEATS, BATCH = [int(a) for a in sys.argv[1:4]] + DEFAULTS[len(sys.argv[1:4]):]

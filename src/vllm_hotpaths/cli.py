@@ -7,17 +7,22 @@ import json
 import sys
 from pathlib import Path
 
-from vllm_hotpaths import e2e as e2e_module
 from vllm_hotpaths import registry
 
 
 def _gate(args) -> int:
-    from vllm_hotpaths import gate, plugin
+    from vllm_hotpaths import plugin
+    from vllm_hotpaths.testing import gate, suite
 
+    try:
+        root = suite.root(args.suite)
+    except suite.SuiteNotFound as err:
+        print(f"gate: {err}", file=sys.stderr)
+        return 2
     if args.vllm:
-        return gate.in_environment(args.vllm, _forwarded(args))
+        return gate.in_environment(args.vllm, _forwarded(args), root)
     return gate.run(args.profile, args.require_cuda, args.require_vllm, args.impl, args.workers,
-                    Path(args.report_dir).resolve(), args.fixture_dir, hotpaths=args.hotpath,
+                    Path(args.report_dir).resolve(), root, args.fixture_dir, hotpaths=args.hotpath,
                     record_to=plugin.validated_file() if args.record else None,
                     junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None,
                     fail_on_skip=args.fail_on_skip, triton_cases_only=args.triton_cases_only)
@@ -34,6 +39,7 @@ def _forwarded(args) -> list[str]:
     out += [a for name in args.hotpath or [] for a in ("--hotpath", name)]
     out += ["-n", args.workers] if args.workers else []
     out += ["--fixture-dir", str(Path(args.fixture_dir).resolve())] if args.fixture_dir else []
+    out += ["--suite", str(Path(args.suite).resolve())] if args.suite else []
     return out
 
 
@@ -66,7 +72,7 @@ def _bench(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
     if args.plot:
-        from vllm_hotpaths.plot import plot_bench
+        from vllm_hotpaths.testing.plot import plot_bench
 
         try:
             plot_bench(records, Path(args.plot))
@@ -77,6 +83,8 @@ def _bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from vllm_hotpaths.testing import e2e as e2e_module  # the test machinery, only for the command line
+
     parser = argparse.ArgumentParser(prog="vllm-hotpaths")
     sub = parser.add_subparsers(dest="command", required=True)
     gate = sub.add_parser("gate", help="run every hot path's properties and conformance checks")
@@ -93,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--vllm", metavar="X.Y.Z",
                       help="gate this vLLM version in its own environment .venvs/vllm-X.Y.Z "
                            "(made from ci/vllm-X.Y.Z-cpu.txt); default: the installed vLLM")
+    gate.add_argument("--suite", metavar="DIR",
+                      help="the checkout holding properties/ (default: the source tree vllm-hotpaths "
+                           "was installed from)")
     gate.add_argument("--record", action="store_true",
                       help="write the hot paths whose checks all held to the plugin's validated file")
     gate.add_argument("--junit-xml", metavar="PATH", help="also write pytest's JUnit XML report")

@@ -38,6 +38,9 @@ class HotPath:
     triton: bool = False  # Triton kernels: CPU cases need a TRITON_INTERPRET=1 process
     patch: str | None = None  # "module:attr": installs the fast path into the running vLLM (plugin)
     since: str | None = None  # first vLLM version that has the hot path (None: all checked ones)
+    # The testing half of the entry: "module:attr" of its `testing.laws.Checks` (case schema,
+    # driver, comparison), which the generic laws in properties/ run.
+    checks: str | None = None
 
     def exists_in(self, vllm_version: str) -> bool:
         return self.since is None or version_key(vllm_version) >= version_key(self.since)
@@ -74,6 +77,14 @@ class HotPath:
             if reference_version == target:
                 return factory
         raise LookupError(f"{self.name} has no fast variant for the vLLM {vllm_version} reference ({target})")
+
+    def live_factory(self) -> Callable:
+        """The adapter over the installed vLLM's own code, behind the contract (testing side)."""
+        return resolve(self.live)
+
+    def make_checks(self):
+        """The hot path's `testing.laws.Checks` (None where it has none yet)."""
+        return resolve(self.checks)() if self.checks else None
 
     def candidates(self) -> list[tuple[str, Callable, str]]:
         """(name, factory, reference version) for every implementation under test."""
@@ -136,7 +147,7 @@ SWAP_STATES_CONTRACT = Contract(
         "  swap_states(batch, i1, i2)  InputBatch.swap_states; raises InvalidRow (a ValueError) for\n"
         "      an empty row or an index outside the batch, before anything moves\n"
         "  condense(batch)             InputBatch.condense\n"
-        "batch: vLLM's InputBatch or swap_states.state.BatchState (same attribute names);\n"
+        "batch: vLLM's InputBatch or vllm_hotpaths.testing.batches.swap_states.BatchState (same attribute names);\n"
         "moves: has SWAP and UNIDIRECTIONAL, the directions recorded in batch_update_builder.moved."
     ),
 )
@@ -177,11 +188,12 @@ HOTPATHS: dict[str, HotPath] = {
         contract=PENALTIES_CONTRACT,
         references={"0.16.0": "vllm_hotpaths.penalties.reference:ReferencePenalties"},
         fast={"incremental": ("vllm_hotpaths.penalties.fast:IncrementalPenalties", "0.16.0")},
-        live="vllm_hotpaths.penalties.live:LivePenalties",
-        live_kernels="vllm_hotpaths.penalties.live:LiveRepetitionOp",
-        bench="vllm_hotpaths.penalties.bench:run",
+        live="vllm_hotpaths.testing.live.penalties:LivePenalties",
+        live_kernels="vllm_hotpaths.testing.live.penalties:LiveRepetitionOp",
+        bench="vllm_hotpaths.testing.bench.penalties:run",
         triton=True,
         patch="vllm_hotpaths.penalties.patch:install",
+        checks="vllm_hotpaths.testing.cases.penalties:PenaltiesChecks",
     ),
     "think_budget": HotPath(
         name="think_budget",
@@ -191,9 +203,10 @@ HOTPATHS: dict[str, HotPath] = {
                     "0.33.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference033"},
         fast={"watermark@0.22.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget", "0.22.0"),
               "watermark@0.33.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget033", "0.33.0")},
-        live="vllm_hotpaths.think_budget.live:LiveThinkBudget",
-        bench="vllm_hotpaths.think_budget.bench:run",
+        live="vllm_hotpaths.testing.live.think_budget:LiveThinkBudget",
+        bench="vllm_hotpaths.testing.bench.think_budget:run",
         patch="vllm_hotpaths.think_budget.patch:install",
+        # checks="vllm_hotpaths.testing.cases.think_budget:ThinkBudgetChecks",
         since="0.22.0",  # 0.16 has no thinking budget
     ),
     "swap_states": HotPath(
@@ -204,9 +217,10 @@ HOTPATHS: dict[str, HotPath] = {
                     "0.33.0": "vllm_hotpaths.swap_states.reference:FullRowSwap033"},
         fast={"active-prefix@0.16.0": ("vllm_hotpaths.swap_states.fast:ActivePrefixSwap", "0.16.0"),
               "active-prefix@0.33.0": ("vllm_hotpaths.swap_states.fast:ActivePrefixSwap033", "0.33.0")},
-        live="vllm_hotpaths.swap_states.live:live_batch",
-        bench="vllm_hotpaths.swap_states.bench:run",
+        live="vllm_hotpaths.testing.live.swap_states:live_batch",
+        bench="vllm_hotpaths.testing.bench.swap_states:run",
         patch="vllm_hotpaths.swap_states.patch:install",
+        # checks="vllm_hotpaths.testing.cases.swap_states:SwapStatesChecks",
     ),
     "recovered_tokens": HotPath(
         name="recovered_tokens",
@@ -216,10 +230,11 @@ HOTPATHS: dict[str, HotPath] = {
                     "0.22.0": "vllm_hotpaths.recovered_tokens.reference:ReciprocalReference"},
         fast={"split-vocab@0.16.0": ("vllm_hotpaths.recovered_tokens.fast:SplitVocabDivision", "0.16.0"),
               "split-vocab@0.22.0": ("vllm_hotpaths.recovered_tokens.fast:SplitVocabReciprocal", "0.22.0")},
-        live="vllm_hotpaths.recovered_tokens.live:LiveRecovery",
-        bench="vllm_hotpaths.recovered_tokens.bench:run",
+        live="vllm_hotpaths.testing.live.recovered_tokens:LiveRecovery",
+        bench="vllm_hotpaths.testing.bench.recovered_tokens:run",
         triton=True,
         patch="vllm_hotpaths.recovered_tokens.patch:install",
+        # checks="vllm_hotpaths.testing.cases.recovered_tokens:RecoveredTokensChecks",
     ),
     "logits_copy": HotPath(
         name="logits_copy",
@@ -229,10 +244,11 @@ HOTPATHS: dict[str, HotPath] = {
                     "0.33.0": "vllm_hotpaths.logits_copy.reference:Sampler033"},
         fast={"skip-unprocessed@0.22.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed", "0.22.0"),
               "skip-unprocessed@0.33.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed033", "0.33.0")},
-        live="vllm_hotpaths.logits_copy.live:live_sampler",
-        bench="vllm_hotpaths.logits_copy.bench:run",
+        live="vllm_hotpaths.testing.live.logits_copy:live_sampler",
+        bench="vllm_hotpaths.testing.bench.logits_copy:run",
         triton=True,
         patch="vllm_hotpaths.logits_copy.patch:install",
+        # checks="vllm_hotpaths.testing.cases.logits_copy:LogitsCopyChecks",
         since="0.22.0",  # 0.16's Model Runner v2 sampler has no apply_sampling_params
     ),
 }

@@ -2,7 +2,7 @@
 
 Both functions take the batch as their first argument and touch it only through `InputBatch`'s
 own attribute names, so the same code runs on vLLM's `InputBatch` and on the standalone
-`BatchState` (`swap_states.state`). Only a row's *active prefix* has a meaning: columns
+`BatchState` (`vllm_hotpaths.testing.batches.swap_states`). Only a row's *active prefix* has a meaning: columns
 `[0, num_tokens_no_spec + len(spec_token_ids))` of `token_ids_cpu` and `is_token_ids`; nothing
 upstream reads a row past it.
 """

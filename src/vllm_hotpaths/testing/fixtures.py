@@ -17,8 +17,6 @@ from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout (the suite runs from a checkout)
-REGRESSIONS = REPO / "properties" / "regressions"
 
 
 def to_jsonable(case: Any) -> dict:
@@ -59,10 +57,10 @@ def save(directory: Path, hotpath: str, case: Any, source: str, link: str | None
     return path
 
 
-def shown(path: Path) -> str:
-    """A fixture's path as reports print it: relative to the checkout when inside it."""
-    path = Path(path).resolve()
-    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+def shown(path: Path, root: Path) -> str:
+    """A fixture's path as reports print it: relative to the suite's root when inside it."""
+    path, root = Path(path).resolve(), Path(root).resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def load(directory: Path, hotpath: str, case_type: type[T]) -> list[tuple[Path, T]]:
@@ -79,8 +77,7 @@ def link_of(path: Path) -> str | None:
     return json.loads(Path(path).read_text()).get("link")
 
 
-def replayed(hotpath: str, case_type: type, argname: str, convert: Callable | None = None,
-             directory: Path = REGRESSIONS):
+def replayed(hotpath: str, case_type: type, argname: str, directory: Path, convert: Callable | None = None):
     """Decorator: add every committed `case_type` fixture of this hot path as an explicit example
     (`convert` adapts it to the property's own case type). VLLM_HOTPATHS_NO_REPLAY=1 turns replay
     off, to show that generation alone finds a bug."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from vllm_hotpaths.bits import assert_same_bits
+from vllm_hotpaths.testing.bits import assert_same_bits
 from vllm_hotpaths.swap_states import COUNT_ARRAYS, SAMPLING_ARRAYS, SAMPLING_DICTS, active_count
 
 MASK = "allowed_token_ids_mask"

@@ -14,7 +14,7 @@ import inspect
 import torch
 
 from vllm_hotpaths import vllm_env
-from vllm_hotpaths.swap_states.state import Request
+from vllm_hotpaths.testing.batches.swap_states import Request
 
 
 def _modules():

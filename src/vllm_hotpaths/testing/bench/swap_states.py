@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from vllm_hotpaths import registry, vllm_env
-from vllm_hotpaths.swap_states.state import BatchState, Request
+from vllm_hotpaths.testing.batches.swap_states import BatchState, Request
 from vllm_hotpaths.think_budget import Move
 
 BATCH = 512
@@ -44,7 +44,7 @@ def _filled(kind: str, length: int, requests):
         for request in requests:
             batch.add_request(request)
         return batch
-    from vllm_hotpaths.swap_states import live
+    from vllm_hotpaths.testing.live import swap_states as live
 
     batch = live.live_batch(BATCH, length, VOCAB, (BLOCK,))
     for request in requests:
@@ -84,7 +84,7 @@ def _implementations():
              reference.condense, fast)]
     installed = vllm_env.installed_version()
     if installed is not None:
-        from vllm_hotpaths.swap_states.live import move_directions
+        from vllm_hotpaths.testing.live.swap_states import move_directions
 
         version = hotpath.reference_version_for(installed)
         on_vllm = fast_factory[version](move_directions())

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from vllm_hotpaths import fixtures, ledger, registry, vllm_env
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing import fixtures, ledger
 
 
 def conformance_reference_version(hotpath: str, case_log) -> str:
@@ -83,8 +84,59 @@ def against_older_reference(hotpath: str, case_log, request, conformance: Callab
     finally:
         if given_test is not None:
             given_test.hypothesis.inner_test = inner
-    directory = Path(request.config.getoption("fixture_dir") or fixtures.REGRESSIONS)
+    save_shown(hotpath, shown, case_log, request)
+
+
+def check_older_reference(hotpath, checks, vllm_version: str, device, log, request) -> None:
+    """The conformance law with the older reference in place of the current one.
+
+    A difference fails the law and Hypothesis shrinks it; the shrunk case must be covered by
+    ledger changes, which it then shows (a fixture carrying the first one's link). The law runs
+    again with the differences of the changes shown so far judged as expected, example by
+    example, until a run finds nothing new: each change gets its own shrunk case, and a
+    difference no entry names fails.
+    """
+    from vllm_hotpaths.testing.laws import Side
+
+    older = ledger.older_reference_version(hotpath.name, vllm_version)
+    log.reference_version = older
+    reference = Side(f"reference {older}", registry.resolve(hotpath.references[older]), older)
+    live = Side(f"vLLM {vllm_version}", hotpath.live_factory(), vllm_version)
+    conformance = ledger.conformance_judge(hotpath.name, vllm_version, log)
+    shown: dict[str, object] = {}  # entry link -> its shrunk case
+
+    def named(case, failure) -> list:
+        return ledger.explain_drift(hotpath.name, vllm_version, case, str(failure))
+
+    def judge(case, compare) -> bool:
+        try:
+            return conformance(case, compare)
+        except AssertionError as failure:
+            entries = named(case, failure)
+            if entries and all(entry.link in shown for entry in entries):
+                return True
+            raise
+
+    while True:
+        try:
+            checks.check(reference, live, device, log, judge, key=f"drift:{older}:{vllm_version}:{device}")
+            break
+        except AssertionError as failure:
+            entries = named(log.last, failure)
+            if not entries:
+                raise AssertionError(f"reference@{older} differs from vLLM {vllm_version} where no "
+                                     f"ledger change names it: {failure}") from failure
+            if all(entry.link in shown for entry in entries):  # not judged alone: no progress
+                raise
+            for entry in entries:
+                shown.setdefault(entry.link, log.last)
+    save_shown(hotpath.name, shown, log, request)
+
+
+def save_shown(hotpath: str, shown: dict, log, request) -> None:
+    """Each change met, as a fixture carrying its link; the log names the first."""
+    directory = Path(request.config.getoption("fixture_dir"))
     for link, case in shown.items():
         path = fixtures.save(directory, hotpath, case, source=request.node.nodeid, link=link)
-        case_log.excuse_link(link)
-        case_log.shown_by = case_log.shown_by or fixtures.shown(path)
+        log.excuse_link(link)
+        log.shown_by = log.shown_by or fixtures.shown(path, request.config.rootpath)

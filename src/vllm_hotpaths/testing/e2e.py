@@ -260,7 +260,7 @@ class EngineProcess:
         print(f"e2e: {self.label} engine, {side}: starting", flush=True)
         self.began = time.perf_counter()
         with open(folder / "log.txt", "w") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "vllm_hotpaths.e2e", "--engine-dir", str(folder)],
+            self.process = subprocess.Popen([sys.executable, "-m", "vllm_hotpaths.testing.e2e", "--engine-dir", str(folder)],
                                             env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def _wait(self, done, what: str, timeout: float) -> None:

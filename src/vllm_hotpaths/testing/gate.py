@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotpaths import fixtures, registry, vllm_env
+from vllm_hotpaths import registry, vllm_env
 
 
 @dataclass
@@ -169,7 +169,7 @@ def record(rows: list[Row], version: str, profile: str, path: Path) -> dict[str,
     return verdicts
 
 
-def in_environment(version: str, gate_args: list[str], root: Path = fixtures.REPO) -> int:
+def in_environment(version: str, gate_args: list[str], root: Path) -> int:
     """Run `vllm-hotpaths gate gate_args` in `.venvs/vllm-<version>` (made or reused by
     ci/install.sh from ci/vllm-<version>-cpu.txt), with --require-vllm."""
     recipes = sorted(p.name[len("vllm-"):-len("-cpu.txt")] for p in (root / "ci").glob("vllm-*-cpu.txt"))
@@ -187,7 +187,7 @@ def in_environment(version: str, gate_args: list[str], root: Path = fixtures.REP
 
 
 def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], workers: str | None,
-        report_dir: Path, fixture_dir: str | None = None, root: Path = fixtures.REPO,
+        report_dir: Path, root: Path, fixture_dir: str | None = None,
         hotpaths: list[str] | None = None, record_to: Path | None = None,
         junit_xml: Path | None = None, fail_on_skip: bool = False, triton_cases_only: bool = False) -> int:
     version = vllm_env.installed_version()

@@ -1,0 +1,1 @@
+"""Standalone batch models driven through upstream's transitions."""

@@ -1,0 +1,1 @@
+"""What two implementations must agree on, where a plain bit comparison is not the whole story."""
