@@ -5,12 +5,16 @@
   `--require-cuda`, which makes a missing GPU a failure.
 - Properties taking `candidate` run once per fast implementation of their hot path (marker
   `hotpath`), or against `--impl hotpath=module:attr` instead.
+- The generic laws (properties/test_<law>.py, taking `hotpath`) run once per hot path whose
+  registry entry names its `Checks`, per candidate and device.
+- Every property also carries its hot path's name and its check kind as plain markers, for `-m`.
 - A failing property writes its last (shrunk) case as a regression fixture and names the file.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +80,12 @@ def pytest_configure(config):
         "needs_compiled_triton: a Triton case on CUDA tensors (set by the device parametrization)",
     ):
         config.addinivalue_line("markers", line)
+    for name in registry.HOTPATHS:
+        config.addinivalue_line("markers", f"{name}: a property of the {name} hot path (from its hotpath marker)")
+    for kind in CHECK_KINDS:
+        config.addinivalue_line("markers", f"{kind.replace('-', '_')}: a property whose check is {kind}")
+    if config.getoption("impl"):
+        import_from_invocation_folder(str(config.invocation_params.dir))
     for assignment in config.getoption("impl"):
         try:
             registry.override_implementation(assignment)
@@ -83,7 +93,26 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--impl {assignment}: {err}") from err
 
 
+def import_from_invocation_folder(folder: str) -> None:
+    """`--impl my_patch:X` imports from the folder pytest (or the gate) was started in, here and
+    in xdist's workers and the gate's interpreter run (they inherit PYTHONPATH)."""
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if folder not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([folder] + [p for p in paths if p])
+
+
 DEVICES = ("cpu", "cuda")
+CHECK_KINDS = ("equivalence", "conformance", "drift", "semantic-change")
+
+
+def pytest_itemcollected(item):
+    """Select by plain markers: `-m "equivalence and penalties"` (check kind, hot path)."""
+    for marker in ("hotpath", "check"):
+        found = item.get_closest_marker(marker)
+        if found is not None:
+            item.add_marker(found.args[0].replace("-", "_"))
 
 
 def device_marks(triton: bool) -> dict[str, list]:
@@ -133,10 +162,20 @@ def generate_law_tests(metafunc):
     metafunc.parametrize(argnames, params)
 
 
+VLLM_VERSION = pytest.StashKey[str | None]()
+
+
+def installed_vllm(config) -> str | None:
+    """The installed vLLM's version, looked up once per session."""
+    if VLLM_VERSION not in config.stash:
+        config.stash[VLLM_VERSION] = vllm_env.installed_version()
+    return config.stash[VLLM_VERSION]
+
+
 @pytest.fixture(scope="session")
-def vllm_version():
+def vllm_version(pytestconfig):
     """The installed vLLM's version (tests that take it are marked `needs_vllm`)."""
-    return vllm_env.installed_version()
+    return installed_vllm(pytestconfig)
 
 
 def pytest_runtest_setup(item):
@@ -151,7 +190,7 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("needs_compiled_triton") and interpreting:
         pytest.skip("TRITON_INTERPRET=1: this process runs Triton interpreted, not on the GPU")
     if item.get_closest_marker("needs_vllm"):
-        version = vllm_env.installed_version()
+        version = installed_vllm(item.config)
         if version is None:
             pytest.skip("vLLM is not installed")
         marker = item.get_closest_marker("hotpath")
@@ -167,7 +206,7 @@ def pytest_runtest_setup(item):
 def pytest_collection_modifyitems(config, items):
     """Drift checks exist only where the installed vLLM's hot path has an older reference, and a
     plugin patch's properties only where the patch applies to the installed vLLM."""
-    version = vllm_env.installed_version()
+    version = installed_vllm(config)
     if version is None:
         return
     keep, drop = [], []

@@ -99,12 +99,12 @@ def test_cuda_reference_matches_compiled_op(program, device, case_log):
 @pytest.mark.needs_vllm
 @committed_examples("penalties", InvalidIdCase, "case")
 @given(case=invalid_id_cases())
-def test_vllm_rejects_what_the_reference_rejects(case, case_log):
+def test_vllm_rejects_what_the_reference_rejects(case, vllm_version, case_log):
     """Ids outside [-1, V] are an error upstream too (deep in scatter_add_), never a tensor."""
     case_log.record(case)
     rows, vocab = case.output_rows(), case.vocab_size
-    reference = HOTPATH.reference(vllm_env.installed_version())(vocab, "cpu")
-    live = registry.resolve(HOTPATH.live)(vocab, "cpu")
+    reference = HOTPATH.reference(vllm_version)(vocab, "cpu")
+    live = HOTPATH.live_factory()(vocab, "cpu")
     logits = torch.zeros((len(rows), vocab))
     prompt = torch.full((len(rows), 0), vocab, dtype=torch.int64)
     ones = torch.ones(len(rows))
@@ -115,8 +115,7 @@ def test_vllm_rejects_what_the_reference_rejects(case, case_log):
 
 
 # -- the async placeholder repair ---------------------------------------------------------------
-def installed_repair_rule_differs() -> str | None:
-    version = vllm_env.installed_version()
+def repair_rule_differs(version: str) -> str | None:
     if registry.version_key(version) < registry.version_key(REPAIR_SINCE):
         return f"vLLM {version} repairs from a list's first -1 (the trailing-run rule is from {REPAIR_SINCE})"
     return None
@@ -137,10 +136,10 @@ def test_bulk_repair_matches_reference(case, case_log):
 @pytest.mark.needs_vllm
 @committed_examples("penalties", RepairCase, "case")
 @given(case=repair_cases())
-def test_repair_reference_matches_installed_vllm(case, case_log):
+def test_repair_reference_matches_installed_vllm(case, vllm_version, case_log):
     """The reference repair == the installed vLLM's `InputBatch.update_async_output_token_ids`,
     run unbound on the same stand-in: lists, marks, waits and errors."""
-    if reason := installed_repair_rule_differs():
+    if reason := repair_rule_differs(vllm_version):
         pytest.skip(reason)
     case_log.record(case)
     upstream = vllm_env.import_vllm(INPUT_BATCH).InputBatch.update_async_output_token_ids
@@ -153,14 +152,14 @@ def test_repair_reference_matches_installed_vllm(case, case_log):
 @pytest.mark.plugin_patch
 @committed_examples("penalties", RepairCase, "case")
 @given(case=repair_cases())
-def test_patched_repair_matches_upstream(case, case_log):
+def test_patched_repair_matches_upstream(case, vllm_version, case_log):
     """With the plugin's patch installed, `InputBatch.update_async_output_token_ids` == upstream's."""
-    if reason := installed_repair_rule_differs():
+    if reason := repair_rule_differs(vllm_version):
         pytest.skip(reason)
     from vllm_hotpaths.penalties import patch
 
     case_log.record(case)
-    patch.install()
+    patch.install(vllm_version)
     try:
         patched = vllm_env.import_vllm(INPUT_BATCH).InputBatch.update_async_output_token_ids
         assert patched is not patch.UPSTREAM["update_async_output_token_ids"]

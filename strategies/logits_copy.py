@@ -1,17 +1,7 @@
-"""Logits-copy cases: programs of requests entering and leaving sampler slots, with sampler steps.
+"""Logits-copy generators: programs of requests entering and leaving sampler slots with sampler
+steps (the schema and its operations: `vllm_hotpaths.testing.cases.logits_copy`), one request at
+one boundary, and bad input.
 
-A `LogitsProgram` is plain data (its repr is valid Python, its JSON is a fixture): a vocabulary
-size, the number of slots, the logits' dtype, the reasoning markers (start, end, natural end;
-None: no reasoning config) and a list of operations:
-  ("add", slot, prompt, output, params)   params: ((name, value), ...) for RequestParams
-  ("remove", slot)
-  ("append", slot, tokens)                sampled tokens join the request's outputs
-  ("step", batch, seed, share, edits)     batch: ((slot, drafts), ...); each request gets one
-                                          logits row plus one per draft (speculative rows);
-                                          logits from `seed` (normal, scale 4), a `share` of
-                                          lanes then special values (-0.0, infinities, NaN,
-                                          -60, -200, ...), then `edits` =
-                                          ((row, lane, value), ...) written over them
 Parameters sit at every boundary of the "needs processing" rule: temperature 0, 1e-6, 1e-5 and
 one step below, 1.0 and one fp32 step each side; top_k -1, 0, 1, V-1, V, V+1; top_p 1.0 and one
 step below; min_p 0 and 1e-9; each penalty at its neutral value and one step off; empty and zero
@@ -21,15 +11,11 @@ thinking budgets (none, -1, 0 to 3) with the reasoning markers known, partly kno
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Iterator
-
 import numpy as np
-import torch
 from hypothesis import strategies as st
 
-from vllm_hotpaths.logits_copy import ReasoningMarkers, RequestParams
+from vllm_hotpaths.testing.cases.logits_copy import (BAD_ROWS, FIELD_EDGES, SPECIAL_LOGITS, BadInputCase,
+                                                     BoundaryCase, LogitsProgram)
 
 ONE_UP, ONE_DOWN = float(np.nextafter(np.float32(1), np.float32(2))), float(np.nextafter(np.float32(1), np.float32(0)))
 TINY = float(np.nextafter(np.float32(0), np.float32(1)))  # the smallest fp32 step above 0
@@ -39,97 +25,7 @@ MIN_P = (0.0, 1e-9, 0.1)
 REPETITION = (1.0, ONE_UP, ONE_DOWN, 1.3, 0.7)
 ADDITIVE = (0.0, -0.0, TINY, 0.5, -0.5, 2.0, -2.0)  # frequency and presence
 BIASES = (0.0, -0.0, 2.5, -100.0)
-SPECIAL_LOGITS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -60.0, -200.0, 30.0)
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass(frozen=True)
-class LogitsProgram:
-    vocab_size: int
-    max_num_reqs: int
-    dtype: str
-    ops: tuple[tuple, ...]
-    reasoning: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
-
-    def samplers(self, *factories, device):
-        """Each factory's sampler for this program's table size and reasoning markers."""
-        markers = ReasoningMarkers(*self.reasoning) if self.reasoning is not None else None
-        return [f(self.vocab_size, self.max_num_reqs, device, reasoning=markers) for f in factories]
-
-
-@dataclass
-class Step:
-    """One sampler call: a logits row per request row, and what each row describes."""
-
-    logits: torch.Tensor
-    rows: list[int]
-    local_pos: list[int]
-    input_ids: list[int]
-    pos: list[int]
-
-    def args(self):
-        return self.logits, self.rows, self.local_pos, self.input_ids, self.pos
-
-    def per_request(self) -> Iterator["Step"]:
-        """The step cut down to each request's own rows (a batch of one request)."""
-        first = 0
-        for end in range(1, len(self.rows) + 1):
-            if end == len(self.rows) or self.rows[end] != self.rows[first]:
-                yield Step(self.logits[first:end], self.rows[first:end], self.local_pos[first:end],
-                           self.input_ids[first:end], self.pos[first:end])
-                first = end
-
-
-def params_of(pairs) -> RequestParams:
-    return RequestParams(**dict(pairs))
-
-
-def run(program: LogitsProgram, samplers, device) -> Iterator[Step]:
-    """Apply the program's table operations to every sampler in `samplers`; yield each step's
-    inputs (the caller runs the sampler call)."""
-    history: dict[int, list[int]] = {}  # slot -> prompt + outputs
-    for op in program.ops:
-        kind = op[0]
-        if kind == "add":
-            _, slot, prompt, output, pairs = op
-            for s in samplers:
-                s.add_request(slot, list(prompt), list(output), params_of(pairs))
-            history[slot] = list(prompt) + list(output)
-        elif kind == "remove":
-            for s in samplers:
-                s.remove_request(op[1])
-            del history[op[1]]
-        elif kind == "append":
-            for s in samplers:
-                s.append_output(op[1], list(op[2]))
-            history[op[1]].extend(op[2])
-        elif kind == "step":
-            _, batch, seed, share, edits = op
-            rows, local_pos, input_ids, pos = [], [], [], []
-            for slot, drafts in batch:
-                fed = [history[slot][-1]] + list(drafts)
-                for i, token in enumerate(fed):
-                    rows.append(slot)
-                    local_pos.append(i)
-                    input_ids.append(token)
-                    pos.append(len(history[slot]) - 1 + i)
-            yield Step(build_logits(program, len(rows), seed, share, edits, device), rows, local_pos,
-                       input_ids, pos)
-        else:
-            raise ValueError(f"unknown operation {op!r}")
-
-
-def build_logits(program: LogitsProgram, num_rows: int, seed: int, share: float, edits,
-                 device) -> torch.Tensor:
-    rng = np.random.default_rng(seed)
-    shape = (num_rows, program.vocab_size)
-    values = (rng.standard_normal(shape) * 4).astype(np.float32)
-    special = rng.random(shape) < share
-    values[special] = rng.choice(np.array(SPECIAL_LOGITS, dtype=np.float32), size=int(special.sum()))
-    for row, lane, value in edits:
-        if num_rows:
-            values[row % num_rows, lane % program.vocab_size] = value
-    return torch.from_numpy(values).to(device=device, dtype=getattr(torch, program.dtype))
 
 
 # -- generation ----------------------------------------------------------------------------
@@ -201,7 +97,9 @@ def logits_programs(draw, max_vocab: int = 24) -> LogitsProgram:
         elif kind == "append":
             ops.append(("append", draw(st.sampled_from(sorted(live))), draw(tokens)))
         else:
-            members = draw(st.lists(st.sampled_from(sorted(live)), min_size=1, unique=True))
+            # Every live request in some order (a decode step as vLLM mostly runs one), or a subset.
+            members = draw(st.one_of(st.permutations(sorted(live)),
+                                     st.lists(st.sampled_from(sorted(live)), min_size=1, unique=True)))
             drafts = st.one_of(st.just(()), st.lists(st.integers(0, vocab - 1), min_size=1, max_size=3).map(tuple))
             batch = tuple((slot, draw(drafts)) for slot in members)
             edits = draw(st.lists(st.tuples(st.integers(0, 15), st.integers(0, vocab - 1),
@@ -234,47 +132,6 @@ BOUNDARY_SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
-class BoundaryCase:
-    """One request with one boundary setting, sampled (temperature 1) or greedy, in a batch of
-    its own rows (one plus its drafts); the setting's token id gets a special logit. Its prompt
-    and output are that token; for a thinking budget, that token starts reasoning (`reasoning`:
-    the markers)."""
-
-    vocab_size: int
-    knob: str
-    value: object
-    temperature: float
-    token: int
-    special: float
-    drafts: tuple[int, ...]
-    seed: int
-    dtype: str
-    reasoning: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
-
-    def program(self) -> LogitsProgram:
-        v, t = self.vocab_size, self.token
-
-        def resolve(x):
-            if isinstance(x, tuple):
-                return tuple(resolve(e) for e in x)
-            return {"V-1": v - 1, "V": v, "V+1": v + 1, "id": t, "all": tuple(range(v))}.get(x, x) \
-                if isinstance(x, str) else x
-
-        value = resolve(self.value)
-        if self.knob == "min_tokens":
-            pairs = (("min_tokens", value[0]), ("stop_token_ids", value[1]))
-        else:
-            pairs = ((self.knob, value),)
-        params = (("temperature", self.temperature), *pairs, ("seed", self.seed))
-        if self.knob == "temperature":
-            params = params[1:]
-        edits = tuple((row, t, self.special) for row in range(1 + len(self.drafts)))
-        return LogitsProgram(v, 1, self.dtype, (
-            ("add", 0, (t,), (t,), params),
-            ("step", ((0, self.drafts),), self.seed, 0.0, edits)), self.reasoning)
-
-
 @st.composite
 def boundary_cases(draw, knob: str, value) -> BoundaryCase:
     vocab = draw(st.sampled_from((2, 5, 8, 17)))
@@ -295,3 +152,13 @@ def boundary_cases(draw, knob: str, value) -> BoundaryCase:
         dtype=draw(st.sampled_from(DTYPES)),
         reasoning=reasoning,
     )
+
+
+def bad_input_cases() -> st.SearchStrategy[BadInputCase]:
+    """A parameter outside what vLLM accepts (float32 logits), or a call whose rows do not
+    describe one batch (float32 or bfloat16 logits)."""
+    return st.one_of(
+        st.sampled_from(sorted(FIELD_EDGES)).flatmap(
+            lambda f: st.sampled_from(FIELD_EDGES[f]).map(lambda v: BadInputCase(f, v, "float32"))),
+        st.builds(BadInputCase, st.just("rows"), st.sampled_from(sorted(BAD_ROWS)),
+                  st.sampled_from(("float32", "bfloat16"))))

@@ -1,12 +1,13 @@
 """The gate and bench commands: exit codes, report shapes, fixtures on failure."""
 
 import json
+from pathlib import Path
 
 STATUSES = {"pass", "fail", "skip", "expected-divergence"}
 
 
 def check_report_shape(report):
-    assert set(report) == {"vllm_version", "profile", "results"}
+    assert set(report) == {"vllm_version", "profile", "command", "results"}
     for row in report["results"]:
         assert set(row) == {"hotpath", "check", "device", "implementation", "status", "examples",
                             "fixture", "outcomes", "excused"}
@@ -63,12 +64,18 @@ def test_bench_records_and_plot(run_cli, tmp_path):
     result = run_cli("-m", "vllm_hotpaths.cli", "bench", "--device", "cpu", "--quick",
                      "--json", str(out), "--plot", str(png))
     assert result.returncode == 0, result.stderr[-3000:]
-    records = json.loads(out.read_text())
+    bench = json.loads(out.read_text())
+    assert bench["command"].startswith("vllm-hotpaths bench --device cpu --quick")
+    records = bench["records"]
     assert records
     for r in records:
         assert set(r) == {"hotpath", "case", "size", "device", "reference_s", "fast_s", "ratio"}
         assert r["ratio"] == r["reference_s"] / r["fast_s"]
     assert png.read_bytes()[:4] == b"\x89PNG"
+    pages = run_cli("-m", "vllm_hotpaths.cli", "results", "--bench", str(out), "--out", str(tmp_path / "results"))
+    assert pages.returncode == 0, pages.stderr[-3000:]
+    page = (tmp_path / "results" / "bench-bench.md").read_text()
+    assert bench["command"] in page and f"{records[0]['ratio']:.2f}x" in page
 
 
 def test_unknown_candidate_is_a_clear_usage_error(run_cli):
@@ -128,3 +135,22 @@ def test_gate_writes_junit_and_fails_on_a_skip_when_asked(run_cli, tmp_path):
     assert (result.returncode == 1) == bool(skipped), result.stdout[-3000:]
     if not torch.cuda.is_available():  # the cuda rows skip here
         assert skipped and "skipped (--fail-on-skip)" in result.stdout
+
+
+def test_impl_imports_from_the_folder_it_is_run_in(pytestconfig, tmp_path):
+    """`--impl my_patch:X` finds my_patch.py in the current folder, outside the checkout (through
+    a console script, whose sys.path does not start with the current folder as `python -m` does)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "my_patch.py").write_text(
+        "from vllm_hotpaths.penalties.fast import IncrementalPenalties as MyPenalties\n")
+    root = pytestconfig.rootpath
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_XDIST_WORKER")}
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("pytest")), str(root / "properties" / "test_equivalence.py"), "-q", "-p", "no:cacheprovider",
+         f"--rootdir={root}", "-k", "penalties and cpu", "--impl", "penalties=my_patch:MyPenalties"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "1 passed" in result.stdout

@@ -61,7 +61,7 @@ def test_versions_order_like_pip():
 
 
 def test_drift_names_only_matching_changes():
-    from strategies.swap_states import SwapProgram
+    from vllm_hotpaths.testing.cases.swap_states import SwapProgram
     from vllm_hotpaths.testing.ledger import explain_drift, older_reference_version
 
     assert older_reference_version("swap_states", "0.33.0") == "0.16.0"

@@ -45,10 +45,16 @@ VERSIONED_MUTANTS = [(hotpath, mutant, version, prop)
 @pytest.mark.parametrize("hotpath, mutant, version, prop", VERSIONED_MUTANTS,
                          ids=[f"{h}-{m}" for h, m, _, _ in VERSIONED_MUTANTS])
 def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp_path):
-    """A candidate checked against the reference of `version`; generated cases only, on CPU."""
+    """A candidate checked against the reference of `version`; generated cases only, on CPU.
+    `prop` names a generic law (properties/test_<law>.py, the hot path's cases) or a property of
+    the hot path's own module (properties/test_<hotpath>.py)."""
+    if prop in ("equivalence", "errors", "conformance", "drift", "patch"):
+        target, keyword = f"properties/test_{prop}.py", f"{hotpath} and cpu"
+    else:
+        target, keyword = f"properties/test_{hotpath}.py", f"{prop} and not fixtures and not cuda"
     result = run_cli(
-        "-m", "pytest", f"properties/test_{hotpath}.py", "-q", "-x", "-p", "no:cacheprovider",
-        "-k", f"{prop} and not fixtures and not cuda", "--hypothesis-profile", "ci",
+        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider",
+        "-k", keyword, "--hypothesis-profile", "ci",
         "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
     )
@@ -62,10 +68,10 @@ CPU_RECOVERY_MUTANTS = {name: spec for name, spec in recovered_tokens_mutants.MU
 @pytest.mark.parametrize("mutant", sorted(CPU_RECOVERY_MUTANTS))
 def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
     """Triton kernels interpreted on the CPU; `IEEEDivision` shows only on CUDA (the GPU run)."""
-    version, prop, _ = CPU_RECOVERY_MUTANTS[mutant]
+    version, law, _ = CPU_RECOVERY_MUTANTS[mutant]
     result = run_cli(
-        "-m", "pytest", "properties/test_recovered_tokens.py", "-q", "-x", "-p", "no:cacheprovider",
-        "-k", f"{prop} and cpu", "--hypothesis-profile", "ci",
+        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-k", "recovered_tokens and cpu", "--hypothesis-profile", "ci",
         "--impl", f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
     )
@@ -74,17 +80,23 @@ def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
 
 @pytest.mark.parametrize("mutant", sorted(logits_copy_mutants.MUTANTS))
 def test_logits_copy_mutant_is_caught(mutant, run_cli, tmp_path):
-    """Each skips the copy where a step would have changed a logit (reference kernels interpreted)."""
+    """Each skips the copy where a step would have changed a logit (reference kernels interpreted):
+    caught by a generic law (properties/test_<law>.py) or a logits-copy property."""
+    caught_by = logits_copy_mutants.MUTANTS[mutant]
+    if caught_by in logits_copy_mutants.LAWS:
+        target, selected = f"properties/test_{caught_by}.py", "logits_copy and cpu"
+    else:
+        target, selected = "properties/test_logits_copy.py", f"{caught_by} and cpu"
     result = run_cli(
-        "-m", "pytest", "properties/test_logits_copy.py", "-q", "-x", "-p", "no:cacheprovider",
-        "-k", f"{logits_copy_mutants.MUTANTS[mutant]} and cpu", "--hypothesis-profile", "ci",
+        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider",
+        "-k", selected, "--hypothesis-profile", "ci",
         "--impl", f"logits_copy@{logits_copy_mutants.version_of(mutant)}=properties.quality.logits_copy:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "logits_copy", mutant)
 
 
-# The committed fixtures that show each flaw of prime-rl PR #2772's watermark.
+# The committed fixtures that show each flaw of prime-rl PR #2772's watermark (candidate-fixture).
 PRIME_RL_FLAWS = {
     "PrimeRLWatermark@0.22.0-ThinkProgram-e180b62b7191": "0.22: output shrinks below a found end",
     "PrimeRLWatermark@0.22.0-ThinkProgram-574be9a32454": "0.22: interior placeholder becomes a marker",
@@ -93,12 +105,17 @@ PRIME_RL_FLAWS = {
 
 
 def test_prime_rl_flaws_fail_on_their_fixtures(run_cli, tmp_path):
+    """The equivalence law replays every committed program before generating any, and its failure
+    names each one the candidate differs on: each flaw's fixture is named for its candidate."""
     result = run_cli(
-        "-m", "pytest", "properties/test_think_budget.py", "-q", "-rf", "-p", "no:cacheprovider",
-        "-k", "on_fixtures and not installed and cpu", "--fixture-dir", str(tmp_path),
+        "-m", "pytest", "properties/test_equivalence.py", "-q", "-p", "no:cacheprovider",
+        "-k", "think_budget and cpu", "--fixture-dir", str(tmp_path),
         "--impl", "think_budget@0.22.0=properties.quality.think_budget:PrimeRLWatermark",
         "--impl", "think_budget@0.33.0=properties.quality.think_budget:PrimeRLWatermark033",
     )
-    failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
-    for fixture, flaw in PRIME_RL_FLAWS.items():
-        assert any(f"{fixture}]" in line for line in failed), f"{flaw}: not caught\n{result.stdout[-3000:]}"
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    named = [line for line in result.stdout.splitlines() if "committed fixture ThinkProgram-" in line]
+    for key, flaw in PRIME_RL_FLAWS.items():
+        candidate, _, fixture = key.partition("-")
+        assert any(f"committed fixture {fixture}: " in line and f":{candidate} vs " in line for line in named), \
+            f"{flaw}: not caught\n{result.stdout[-3000:]}"

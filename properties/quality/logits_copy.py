@@ -1,8 +1,10 @@
 """Deliberately wrong logits-copy candidates: each skips the copy where some step would have
 changed a logit, and must be caught by the `ci` profile.
 
-Run one with `pytest properties/test_logits_copy.py
---impl logits_copy@VERSION=properties.quality.logits_copy:NAME` (VERSION: `version_of(NAME)`);
+Run one with `pytest properties/test_LAW.py -k "logits_copy and cpu"` for a generic law (LAW:
+`MUTANTS[NAME]`, "equivalence" or "errors"), or `pytest properties/test_logits_copy.py -k
+"MUTANTS[NAME] and cpu"` for a logits-copy property, with
+`--impl logits_copy@VERSION=properties.quality.logits_copy:NAME` (VERSION: `version_of(NAME)`);
 `tests/test_quality.py` runs them all (CPU) and requires a failure with a written fixture.
 """
 
@@ -145,18 +147,19 @@ class UncheckedParams(SkipUnprocessed):
         self.needs[slot] = self.needs_processing(params, self.reference.vocab_size, self.reference.forces_thinking)
 
 
-# name -> property that must catch it
+# name -> what must catch it: a generic law (properties/test_<law>.py) or a property of
+# properties/test_logits_copy.py
+LAWS = ("equivalence", "errors")
 BOUNDARY = "test_candidate_matches_reference_at_each_boundary"
-PROGRAMS = "test_candidate_matches_reference and not each_boundary"
 MUTANTS = {
     **{name: BOUNDARY for name in (
         "RawTemperatureGreedy", "TemperatureNearOne", "TopKOffByOne", "TopPRounded", "MinPIgnored",
         "ZeroBiasIgnored", "AllowedIdsIgnored", "MinTokensIgnored", "RepetitionAboveOneOnly",
         "BadWordsIgnored", "ThinkingBudgetIgnored")},
-    "MemoizedBatches": PROGRAMS,
-    "FirstRowsOnly": PROGRAMS,
-    "ValidatesOnlyWhenProcessing": "test_bad_input_is_refused",
-    "UncheckedParams": "test_bad_input_is_refused",
+    "MemoizedBatches": "equivalence",
+    "FirstRowsOnly": "equivalence",
+    "ValidatesOnlyWhenProcessing": "errors",
+    "UncheckedParams": "errors",
 }
 
 

@@ -1,6 +1,6 @@
 """Deliberately wrong recovered-token candidates: each must be caught by the `ci` profile.
 
-Run one with `pytest properties/test_recovered_tokens.py
+Run one with `pytest properties/test_equivalence.py -k recovered_tokens
 --impl recovered_tokens@0.22.0=properties.quality.recovered_tokens:NAME`; `tests/test_quality.py`
 runs them all (CPU, interpreted) and requires a failure with a written fixture. `IEEEDivision`
 differs from the 0.16 reference only where Triton's division is approximate: on CUDA.
@@ -80,10 +80,12 @@ class DropsLastPartialSlice(SplitVocabReciprocal):
 class DraftLaneNotMasked(SplitVocabReciprocal):
     """Without draft probabilities, forgets to zero the draft token's lane."""
 
-    def recover(self, max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q):
+    def recover(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                target_probs, q):
         if draft_probs is None:
             draft_token_ids = torch.full_like(draft_token_ids, -1)
-        return super().recover(max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q)
+        return super().recover(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                               target_probs, q)
 
 
 class ResidualNotClamped(SplitVocabReciprocal):
@@ -100,21 +102,24 @@ class ResidualNotClamped(SplitVocabReciprocal):
 class NaNResidualIsZero(SplitVocabReciprocal):
     """A NaN probability counts as 0 (what `maxnum` does on CUDA) instead of never winning."""
 
-    def recover(self, max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q):
+    def recover(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                target_probs, q):
         target_probs = torch.nan_to_num(target_probs, nan=0.0)
         draft_probs = None if draft_probs is None else torch.nan_to_num(draft_probs, nan=0.0)
-        return super().recover(max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q)
+        return super().recover(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                               target_probs, q)
 
 
-# name -> (reference version it claims, property that must catch it, devices it shows on)
+# name -> (reference version it claims, the law that must catch it (properties/test_<law>.py),
+# devices it shows on)
 MUTANTS = {
-    "DividesFor022": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
-    "IEEEDivision": ("0.16.0", "test_candidate_matches_reference", "cuda"),
-    "PaddingCompetes": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
-    "LaterSliceWinsTies": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
-    "LowestLaneWinsTies": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
-    "DropsLastPartialSlice": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
-    "DraftLaneNotMasked": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
-    "ResidualNotClamped": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
-    "NaNResidualIsZero": ("0.22.0", "test_candidate_matches_reference", "cpu cuda"),
+    "DividesFor022": ("0.22.0", "equivalence", "cpu cuda"),
+    "IEEEDivision": ("0.16.0", "equivalence", "cuda"),
+    "PaddingCompetes": ("0.22.0", "equivalence", "cpu cuda"),
+    "LaterSliceWinsTies": ("0.22.0", "equivalence", "cpu cuda"),
+    "LowestLaneWinsTies": ("0.22.0", "equivalence", "cpu cuda"),
+    "DropsLastPartialSlice": ("0.22.0", "equivalence", "cpu cuda"),
+    "DraftLaneNotMasked": ("0.22.0", "equivalence", "cpu cuda"),
+    "ResidualNotClamped": ("0.22.0", "equivalence", "cpu cuda"),
+    "NaNResidualIsZero": ("0.22.0", "equivalence", "cpu cuda"),
 }

@@ -1,7 +1,8 @@
 """Deliberately wrong thinking-budget candidates: each must be caught by the `ci` profile.
 
-Run one with `pytest properties/test_think_budget.py --impl think_budget@0.22.0=properties.quality.think_budget:NAME`;
-`tests/test_quality.py` runs them all and requires a failure with a written fixture.
+Run one with `pytest properties/test_<law>.py -k think_budget --impl think_budget@0.22.0=properties.quality.think_budget:NAME`
+(the law its `MUTANTS` entry names); `tests/test_quality.py` runs them all and requires a failure
+with a written fixture.
 
 `PrimeRLWatermark` / `PrimeRLWatermark033` behave like the watermark of prime-rl PR #2772
 (https://github.com/PrimeIntellect-ai/prime-rl/pull/2772), wrapped around each version's
@@ -135,16 +136,16 @@ class NoVocabCheck(WatermarkThinkBudget033):
         self.config, self.start, self.end = config, list(config.start_ids), list(config.end_ids)
 
 
-# mutant -> (the reference version it targets, the property expected to catch it)
+# mutant -> (the reference version it targets, the law expected to catch it: properties/test_<law>.py)
 MUTANTS = {
-    "PrimeRLWatermark": ("0.22.0", "test_candidate_matches_reference"),
-    "PrimeRLWatermark033": ("0.33.0", "test_candidate_matches_reference"),
-    "NoOverlap": ("0.22.0", "test_candidate_matches_reference"),
-    "AppendOnlyWatermark": ("0.22.0", "test_candidate_matches_reference"),
-    "SwapFixIn022": ("0.22.0", "test_candidate_matches_reference"),
-    "CommittedRowsIn022": ("0.22.0", "test_candidate_matches_reference"),
-    "BonusPassForcesInsideDrafts": ("0.22.0", "test_candidate_matches_reference"),
-    "ForcesInfinity": ("0.33.0", "test_candidate_matches_reference"),
-    "AcceptsNegativeBudget033": ("0.33.0", "test_bad_config_raises_the_same_error"),
-    "NoVocabCheck": ("0.33.0", "test_bad_config_raises_the_same_error"),
+    "PrimeRLWatermark": ("0.22.0", "equivalence"),
+    "PrimeRLWatermark033": ("0.33.0", "equivalence"),
+    "NoOverlap": ("0.22.0", "equivalence"),
+    "AppendOnlyWatermark": ("0.22.0", "equivalence"),
+    "SwapFixIn022": ("0.22.0", "equivalence"),
+    "CommittedRowsIn022": ("0.22.0", "equivalence"),
+    "BonusPassForcesInsideDrafts": ("0.22.0", "equivalence"),
+    "ForcesInfinity": ("0.33.0", "equivalence"),
+    "AcceptsNegativeBudget033": ("0.33.0", "errors"),
+    "NoVocabCheck": ("0.33.0", "errors"),
 }

@@ -19,31 +19,18 @@ def _gate(args) -> int:
     except suite.SuiteNotFound as err:
         print(f"gate: {err}", file=sys.stderr)
         return 2
+    options = gate.GateOptions(
+        profile=args.profile, root=root, report_dir=Path(args.report_dir).resolve(),
+        require_cuda=args.require_cuda, require_vllm=args.require_vllm, impls=args.impl,
+        workers=args.workers, fixture_dir=Path(args.fixture_dir).resolve() if args.fixture_dir else None,
+        hotpaths=args.hotpath or [], record=args.record,
+        junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip)
     if args.vllm:
-        return gate.in_environment(args.vllm, _forwarded(args), root)
-    return gate.run(args.profile, args.require_cuda, args.require_vllm, args.impl, args.workers,
-                    Path(args.report_dir).resolve(), root, args.fixture_dir, hotpaths=args.hotpath,
-                    record_to=plugin.validated_file() if args.record else None,
-                    junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None,
-                    fail_on_skip=args.fail_on_skip, triton_cases_only=args.triton_cases_only)
+        return gate.in_environment(args.vllm, options)
+    return gate.run(options, record_to=plugin.validated_file() if args.record else None)
 
 
-def _forwarded(args) -> list[str]:
-    """The gate's options, for the same gate in another environment."""
-    out = ["--profile", args.profile, "--report-dir", str(Path(args.report_dir).resolve())]
-    out += ["--require-cuda"] if args.require_cuda else []
-    out += ["--record"] if args.record else []
-    out += ["--fail-on-skip"] if args.fail_on_skip else []
-    out += ["--junit-xml", str(Path(args.junit_xml).resolve())] if args.junit_xml else []
-    out += [a for impl in args.impl for a in ("--impl", impl)]
-    out += [a for name in args.hotpath or [] for a in ("--hotpath", name)]
-    out += ["-n", args.workers] if args.workers else []
-    out += ["--fixture-dir", str(Path(args.fixture_dir).resolve())] if args.fixture_dir else []
-    out += ["--suite", str(Path(args.suite).resolve())] if args.suite else []
-    return out
-
-
-def _bench(args) -> int:
+def _bench(args, argv: list[str] | None = None) -> int:
     import torch
 
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
@@ -70,7 +57,9 @@ def _bench(args) -> int:
     if gpu:
         print(f"cuda device: {gpu}")
     if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
+        command = "vllm-hotpaths " + " ".join(sys.argv[1:] if argv is None else argv)
+        Path(args.json).write_text(json.dumps({"command": command, "cuda_device": gpu, "records": records},
+                                              indent=1) + "\n")
     if args.plot:
         from vllm_hotpaths.testing.plot import plot_bench
 
@@ -79,6 +68,41 @@ def _bench(args) -> int:
             print(f"plot: {args.plot}")
         except ImportError:
             print("plot skipped: matplotlib is not installed (pip install vllm-hotpaths[bench])")
+    return 0
+
+
+def _results(args) -> int:
+    from vllm_hotpaths.testing import results
+
+    for page in results.write([Path(p) for p in args.gate_report], [Path(p) for p in args.bench], Path(args.out)):
+        print(f"results: {page}")
+    return 0
+
+
+CONTRACTS_MARK = "<!-- contracts: generated from the registry by `vllm-hotpaths contracts`"
+
+
+def contracts_in(text: str) -> tuple[int, int]:
+    """(start, end) of the fenced block after the contracts mark in a page."""
+    mark = text.index(CONTRACTS_MARK)
+    start = text.index("```\n", mark) + 4
+    return start, text.index("```", start)
+
+
+def _contracts(args) -> int:
+    text = registry.contracts_text()
+    if not args.write:
+        print(text)
+        return 0
+    page = Path(args.write)
+    old = page.read_text()
+    try:
+        start, end = contracts_in(old)
+    except ValueError:
+        print(f"contracts: {page} has no block after the line starting {CONTRACTS_MARK!r}", file=sys.stderr)
+        return 2
+    page.write_text(old[:start] + text + "\n" + old[end:])
+    print(f"contracts: written into {page}")
     return 0
 
 
@@ -109,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--junit-xml", metavar="PATH", help="also write pytest's JUnit XML report")
     gate.add_argument("--fail-on-skip", action="store_true",
                       help="a skipped row is a failure (CI on a GPU runner with vLLM installed)")
-    gate.add_argument("--triton-cases-only", action="store_true", help=argparse.SUPPRESS)  # the interpreter process
     gate.set_defaults(func=_gate)
     bench = sub.add_parser("bench", help="time reference vs fast, side by side")
     bench.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS))
@@ -121,7 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     e2e = sub.add_parser("e2e", help="the same batches through a real vLLM engine with and without the plugin (GPU)")
     e2e_module.add_arguments(e2e)  # the options live next to the code that reads them
     e2e.set_defaults(func=e2e_module.run)
+    contracts = sub.add_parser("contracts", help="print each hot path's --impl contract (from the registry)")
+    contracts.add_argument("--write", metavar="PAGE", help="replace the contracts block of this Markdown page")
+    contracts.set_defaults(func=_contracts)
+    results = sub.add_parser("results", help="write Markdown pages of results from gate reports and bench JSON")
+    results.add_argument("--gate-report", action="append", default=[], metavar="JSON", help="a gate-report.json")
+    results.add_argument("--bench", action="append", default=[], metavar="JSON", help="a `bench --json` file")
+    results.add_argument("--out", default="docs/results", help="the pages' folder (default: docs/results)")
+    results.set_defaults(func=_results)
     args = parser.parse_args(argv)
+    if args.func is _bench:
+        return _bench(args, argv)
     return args.func(args)
 
 

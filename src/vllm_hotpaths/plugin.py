@@ -73,6 +73,6 @@ def register() -> dict[str, list[str]]:
             logger.info("vllm-hotpaths: %s left to upstream on vLLM %s: %s", name, version, reason)
             _installed[name] = []
             continue
-        _installed[name] = registry.resolve(registry.get(name).patch)()
+        _installed[name] = registry.resolve(registry.get(name).patch)(version)
         logger.info("vllm-hotpaths: %s installed for vLLM %s (%s)", name, version, ", ".join(_installed[name]))
     return dict(_installed)

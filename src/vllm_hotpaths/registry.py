@@ -206,7 +206,7 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.testing.live.think_budget:LiveThinkBudget",
         bench="vllm_hotpaths.testing.bench.think_budget:run",
         patch="vllm_hotpaths.think_budget.patch:install",
-        # checks="vllm_hotpaths.testing.cases.think_budget:ThinkBudgetChecks",
+        checks="vllm_hotpaths.testing.cases.think_budget:ThinkBudgetChecks",
         since="0.22.0",  # 0.16 has no thinking budget
     ),
     "swap_states": HotPath(
@@ -220,7 +220,7 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.testing.live.swap_states:live_batch",
         bench="vllm_hotpaths.testing.bench.swap_states:run",
         patch="vllm_hotpaths.swap_states.patch:install",
-        # checks="vllm_hotpaths.testing.cases.swap_states:SwapStatesChecks",
+        checks="vllm_hotpaths.testing.cases.swap_states:SwapStatesChecks",
     ),
     "recovered_tokens": HotPath(
         name="recovered_tokens",
@@ -234,7 +234,7 @@ HOTPATHS: dict[str, HotPath] = {
         bench="vllm_hotpaths.testing.bench.recovered_tokens:run",
         triton=True,
         patch="vllm_hotpaths.recovered_tokens.patch:install",
-        # checks="vllm_hotpaths.testing.cases.recovered_tokens:RecoveredTokensChecks",
+        checks="vllm_hotpaths.testing.cases.recovered_tokens:RecoveredTokensChecks",
     ),
     "logits_copy": HotPath(
         name="logits_copy",
@@ -248,7 +248,7 @@ HOTPATHS: dict[str, HotPath] = {
         bench="vllm_hotpaths.testing.bench.logits_copy:run",
         triton=True,
         patch="vllm_hotpaths.logits_copy.patch:install",
-        # checks="vllm_hotpaths.testing.cases.logits_copy:LogitsCopyChecks",
+        checks="vllm_hotpaths.testing.cases.logits_copy:LogitsCopyChecks",
         since="0.22.0",  # 0.16's Model Runner v2 sampler has no apply_sampling_params
     ),
 }
@@ -256,6 +256,16 @@ HOTPATHS: dict[str, HotPath] = {
 # Set by `--impl name[@version]=module:attr`: the candidates replace the hot path's fast
 # implementations, each checked against the reference of its version (default: the newest).
 _impl_overrides: dict[str, list[tuple[str, str]]] = {}
+
+
+def contracts_text() -> str:
+    """Every hot path's `--impl` contract, as docs/checking-your-patch.md shows it."""
+    blocks = []
+    for name, hotpath in HOTPATHS.items():
+        versions = ", ".join(sorted(hotpath.references, key=version_key))
+        blocks.append(f"{name} (references: {versions})\n" + "\n".join(
+            "  " + line for line in hotpath.contract.doc.splitlines()))
+    return "\n\n".join(blocks)
 
 
 def get(name: str) -> HotPath:

@@ -57,8 +57,8 @@ def vouched_needs(sampler, sp) -> bool:
     return needs_processing(params, sampler.sampling_states.vocab_size, forces_thinking=False)
 
 
-def install() -> list[str]:
-    version = vllm_env.installed_version()
+def install(version: str | None = None) -> list[str]:
+    version = version or vllm_env.installed_version()
     if not supports(version):
         raise RuntimeError(f"the logits_copy patch is written for vLLM 0.22.x, not {version}")
     module = vllm_env.import_vllm(SAMPLER)

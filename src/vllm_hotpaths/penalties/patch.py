@@ -55,7 +55,8 @@ def incremental_apply_all_penalties(upstream):
     return apply_all_penalties
 
 
-def install() -> list[str]:
+def install(version: str | None = None) -> list[str]:
+    """Install into the running vLLM (`version`: its version, found when not given)."""
     if UPSTREAM:
         return list(REPLACED)
     upstream = vllm_env.import_vllm(PENALTIES).apply_all_penalties
@@ -64,7 +65,7 @@ def install() -> list[str]:
     for name in CALLERS:
         vllm_env.import_vllm(name).apply_all_penalties = incremental_apply_all_penalties(upstream)
     REPLACED[:] = ["InputBatch.add_request", "apply_all_penalties"]
-    if registry.version_key(vllm_env.installed_version()) >= registry.version_key(REPAIR_SINCE):
+    if registry.version_key(version or vllm_env.installed_version()) >= registry.version_key(REPAIR_SINCE):
         batch_class = vllm_env.import_vllm(INPUT_BATCH).InputBatch
         UPSTREAM["update_async_output_token_ids"] = batch_class.update_async_output_token_ids
         batch_class.update_async_output_token_ids = repair_placeholders_in_bulk  # (self) is the batch

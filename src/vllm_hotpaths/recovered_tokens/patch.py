@@ -28,8 +28,8 @@ def draw_noise(q: torch.Tensor, num_draft_tokens, generators) -> torch.Tensor:
     return q
 
 
-def install() -> list[str]:
-    version = vllm_env.installed_version()
+def install(version: str | None = None) -> list[str]:
+    version = version or vllm_env.installed_version()
     module = vllm_env.import_vllm(REJECTION_SAMPLER)
     if UPSTREAM:
         return ["rejection_sampler.sample_recovered_tokens"]

@@ -16,8 +16,8 @@ INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
 UPSTREAM: dict[str, object] = {}  # the replaced methods, for the properties' unpatched side
 
 
-def install() -> list[str]:
-    version = vllm_env.installed_version()
+def install(version: str | None = None) -> list[str]:
+    version = version or vllm_env.installed_version()
     module = vllm_env.import_vllm(INPUT_BATCH)
     batch_class = module.InputBatch
     if UPSTREAM:

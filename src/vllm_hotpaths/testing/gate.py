@@ -7,8 +7,10 @@ row per property while it runs and a table per hot path x check x device at the 
 required device or vLLM.
 
 Triton kernels run either compiled (CUDA tensors) or in Triton's interpreter (CPU tensors), chosen
-per process before the kernels are defined. Where a GPU is visible, the gate therefore runs the
-CPU cases of Triton hot paths in a second gate process with TRITON_INTERPRET=1 and merges its rows.
+per process before the kernels are defined. Where a GPU is visible, the gate therefore makes a
+second, declared pytest run of the tests marked `triton` with TRITON_INTERPRET=1 (it prints the
+command; this module is its pytest plugin, `-p vllm_hotpaths.testing.gate --gate-rows FILE`) and
+merges the rows that run writes.
 
 With `record`, every hot path whose checks all held (conformance included; skips only for a
 device that is not there) is written to the plugin's validated file for this vLLM version, and a
@@ -118,28 +120,94 @@ def table(rows: list[Row]) -> str:
                      + [fmt(line) for line in lines[1:]])
 
 
-def _interpreted_cpu_cases(profile, require_vllm, impls, workers, fixture_dir, hotpaths, junit_xml):
-    """(exit code, report rows) of a gate process over the Triton cases (marked `triton`) of the
-    hot paths with Triton kernels, with TRITON_INTERPRET=1; None where this process already
-    interprets (no GPU) or no such hot path is chosen."""
+@dataclass
+class GateOptions:
+    """One gate run's options. `pytest_args` builds the pytest arguments of both of its runs (the
+    in-process one and the interpreter one); `cli_args` the same gate's command line for another
+    environment (`--vllm`)."""
+
+    profile: str
+    root: Path  # the suite's folder
+    report_dir: Path
+    require_cuda: bool = False
+    require_vllm: bool = False
+    impls: list[str] = field(default_factory=list)
+    workers: str | None = None
+    fixture_dir: Path | None = None
+    hotpaths: list[str] = field(default_factory=list)
+    record: bool = False
+    junit_xml: Path | None = None
+    fail_on_skip: bool = False
+
+    def pytest_args(self, interpreted: bool = False) -> list[str]:
+        """The properties of the chosen hot paths (markers `check` and the hot paths' names);
+        `interpreted`: only those marked `triton`, for a TRITON_INTERPRET=1 process."""
+        selection = "check" + (" and triton" if interpreted else "")
+        if self.hotpaths:
+            selection += " and (" + " or ".join(self.hotpaths) + ")"
+        args = [str(self.root / "properties"), "-q", "-p", "no:cacheprovider", "-m", selection,
+                "--hypothesis-profile", self.profile, f"--rootdir={self.root}", "--no-header", "-rfE"]
+        args += ["--require-cuda"] if self.require_cuda else []
+        args += [a for impl in self.impls for a in ("--impl", impl)]
+        args += ["-n", self.workers] if self.workers else []
+        args += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
+        if self.junit_xml:
+            xml = self.junit_xml.with_name(f"{self.junit_xml.stem}-interpreted.xml") if interpreted else self.junit_xml
+            args.append(f"--junitxml={xml}")
+        return args
+
+    def cli_args(self) -> list[str]:
+        """`vllm-hotpaths gate` arguments for the same run elsewhere."""
+        out = ["--profile", self.profile, "--report-dir", str(self.report_dir), "--suite", str(self.root)]
+        out += ["--require-cuda"] if self.require_cuda else []
+        out += ["--record"] if self.record else []
+        out += ["--fail-on-skip"] if self.fail_on_skip else []
+        out += ["--junit-xml", str(self.junit_xml)] if self.junit_xml else []
+        out += [a for impl in self.impls for a in ("--impl", impl)]
+        out += [a for name in self.hotpaths for a in ("--hotpath", name)]
+        out += ["-n", self.workers] if self.workers else []
+        out += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
+        return out
+
+
+def pytest_addoption(parser):
+    """As a pytest plugin (`-p vllm_hotpaths.testing.gate`): `--gate-rows FILE` writes the rows."""
+    parser.getgroup("vllm-hotpaths").addoption("--gate-rows", metavar="FILE",
+                                               help="write the gate's report rows of this run as JSON")
+
+
+def pytest_configure(config):
+    if config.getoption("gate_rows", None) and not config.pluginmanager.has_plugin("gate-rows"):
+        config.pluginmanager.register(RowsWriter(Path(config.getoption("gate_rows"))), "gate-rows")
+
+
+class RowsWriter(GatePlugin):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def pytest_sessionfinish(self, session):
+        if not hasattr(session.config, "workerinput"):  # xdist workers report to the controller
+            self.path.write_text(json.dumps([r.as_json() for r in self.rows.values()], indent=1) + "\n")
+
+
+def _interpreted_run(options: GateOptions):
+    """(exit code, rows) of the run of the Triton cases on CPU tensors in Triton's interpreter (a
+    second pytest process); None where this process already interprets (no GPU) or no chosen hot
+    path has Triton kernels."""
     import torch
 
-    names = [n for n in (hotpaths or registry.HOTPATHS) if registry.get(n).triton]
+    names = [n for n in (options.hotpaths or registry.HOTPATHS) if registry.get(n).triton]
     if not names or os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
         return None
-    with tempfile.TemporaryDirectory() as report_dir:
-        cmd = [sys.executable, "-m", "vllm_hotpaths.cli", "gate", "--profile", profile,
-               "--report-dir", report_dir, "--triton-cases-only"]
-        cmd += [arg for name in names for arg in ("--hotpath", name)]
-        cmd += [arg for impl in impls for arg in ("--impl", impl)]
-        cmd += (["--require-vllm"] if require_vllm else []) + (["-n", workers] if workers else [])
-        cmd += ["--fixture-dir", fixture_dir] if fixture_dir else []
-        cmd += ["--junit-xml", str(junit_xml)] if junit_xml else []
-        print(f"gate: CPU cases of {', '.join(names)} in Triton's interpreter (a second process)",
-              flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        rows_file = Path(scratch) / "rows.json"
+        cmd = [sys.executable, "-m", "pytest", *options.pytest_args(interpreted=True),
+               "-p", "vllm_hotpaths.testing.gate", "--gate-rows", str(rows_file)]
+        print("gate: the Triton cases on CPU tensors, in Triton's interpreter:\n  TRITON_INTERPRET=1 "
+              + " ".join(cmd), flush=True)
         code = subprocess.run(cmd, env=dict(os.environ, TRITON_INTERPRET="1")).returncode
-        report = Path(report_dir) / "gate-report.json"
-        rows = json.loads(report.read_text())["results"] if report.exists() else []
+        rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
     return (code if rows else 2), rows
 
 
@@ -169,9 +237,10 @@ def record(rows: list[Row], version: str, profile: str, path: Path) -> dict[str,
     return verdicts
 
 
-def in_environment(version: str, gate_args: list[str], root: Path) -> int:
-    """Run `vllm-hotpaths gate gate_args` in `.venvs/vllm-<version>` (made or reused by
-    ci/install.sh from ci/vllm-<version>-cpu.txt), with --require-vllm."""
+def in_environment(version: str, options: GateOptions) -> int:
+    """Run the same gate in `.venvs/vllm-<version>` (made or reused by ci/install.sh from
+    ci/vllm-<version>-cpu.txt), with --require-vllm."""
+    root = options.root
     recipes = sorted(p.name[len("vllm-"):-len("-cpu.txt")] for p in (root / "ci").glob("vllm-*-cpu.txt"))
     if version not in recipes:
         print(f"gate: no recipe ci/vllm-{version}-cpu.txt (recipes: {', '.join(recipes)})")
@@ -182,41 +251,20 @@ def in_environment(version: str, gate_args: list[str], root: Path) -> int:
     if subprocess.run(["bash", str(root / "ci" / "install.sh")], cwd=root, env=env).returncode:
         print(f"gate: installing vLLM {version} into {venv} failed")
         return 2
-    cmd = [str(venv / "bin" / "python"), "-m", "vllm_hotpaths.cli", "gate", *gate_args, "--require-vllm"]
+    cmd = [str(venv / "bin" / "python"), "-m", "vllm_hotpaths.cli", "gate", *options.cli_args(), "--require-vllm"]
     return subprocess.run(cmd, cwd=root).returncode
 
 
-def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], workers: str | None,
-        report_dir: Path, root: Path, fixture_dir: str | None = None,
-        hotpaths: list[str] | None = None, record_to: Path | None = None,
-        junit_xml: Path | None = None, fail_on_skip: bool = False, triton_cases_only: bool = False) -> int:
+def run(options: GateOptions, record_to: Path | None = None) -> int:
+    profile, report_dir, impls = options.profile, options.report_dir, options.impls
     version = vllm_env.installed_version()
     print(f"vllm-hotpaths gate: profile {profile}, vLLM {version or 'not installed'}", flush=True)
-    if require_vllm and version is None:
+    if options.require_vllm and version is None:
         print("gate: vLLM is not installed, so conformance cannot be checked (--require-vllm)")
         return 2
-    targets = [str(root / "properties" / f"test_{name}.py") for name in hotpaths] if hotpaths \
-        else [str(root / "properties")]
-    # The interpreter process of a GPU machine's gate runs only the cases that need it.
-    args = [*targets, "-q", "-p", "no:cacheprovider", "-m", "check and triton" if triton_cases_only else "check",
-            "--hypothesis-profile", profile, f"--rootdir={root}", "--no-header", "-rfE"]
-    if require_cuda:
-        args.append("--require-cuda")
-    for impl in impls:
-        args += ["--impl", impl]
-    if workers:
-        args += ["-n", workers]
-    if fixture_dir:
-        args += ["--fixture-dir", fixture_dir]
-    if junit_xml:
-        args += [f"--junitxml={junit_xml}"]
     plugin = GatePlugin()
-    code = pytest.main(args, plugins=[plugin])
-    interpreted = None
-    if not triton_cases_only:
-        interpreted = _interpreted_cpu_cases(
-            profile, require_vllm, impls, workers, fixture_dir, hotpaths,
-            junit_xml.with_name(f"{junit_xml.stem}-interpreted.xml") if junit_xml else None)
+    code = pytest.main(options.pytest_args(), plugins=[plugin])
+    interpreted = _interpreted_run(options)
     if interpreted is not None:
         child_code, child_rows = interpreted
         code = code if child_code in (0, 5) else child_code
@@ -227,7 +275,8 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
     if not rows:
         print("gate: no property ran")
         return 2
-    report = {"vllm_version": version, "profile": profile, "results": [r.as_json() for r in rows]}
+    report = {"vllm_version": version, "profile": profile, "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
+              "results": [r.as_json() for r in rows]}
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "gate-report.json").write_text(json.dumps(report, indent=1) + "\n")
     rendered = table(rows)
@@ -251,7 +300,7 @@ def run(profile: str, require_cuda: bool, require_vllm: bool, impls: list[str], 
                       f"({record_to})")
     failed = any(r.status == "fail" for r in rows)
     skipped = [r for r in rows if r.status == "skip"]
-    if fail_on_skip and skipped:
+    if options.fail_on_skip and skipped:
         print(f"gate: {len(skipped)} row(s) skipped (--fail-on-skip)")
         return 1
     return 1 if failed or code not in (0, 5) else 0

@@ -153,10 +153,11 @@ class Checks:
             log.record(case)
             body(case)
 
+        # Each law x hot path x side draws its own examples (and, derandomized, its own seed), as
+        # Hypothesis' pytest plugin gives each parametrized test.
+        run._hypothesis_internal_add_digest = f"vllm-hotpaths:{self.hotpath}:{key}".encode()
         test = given(strategy)(run)
         if os.environ.get("VLLM_HOTPATHS_NO_REPLAY") != "1":
             for case in reversed(self.committed(case_type, log.regressions)):
                 test = example(case)(test)
-        # Each law x hot path x side keeps its own examples in Hypothesis' database.
-        test._hypothesis_internal_database_key = f"vllm-hotpaths:{self.hotpath}:{key}".encode()
         test()

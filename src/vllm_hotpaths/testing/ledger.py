@@ -155,17 +155,22 @@ def conformance_judge(hotpath: str, vllm_version: str, log):
 # Deliberate changes from 0.22 to 0.33, met by the drift checks (an older reference against the
 # installed vLLM). The predicates read the plain-data programs and say which programs can show
 # the change; the drift check names every entry whose predicate covers its shrunk case.
-def _ops(case, kind: str) -> list[tuple]:
-    return [op for op in getattr(case, "ops", ()) if op and op[0] == kind]
+def _ops(case, kind: str) -> list:
+    """`case`'s operations of `kind`, with the named fields of its hot path's schema."""
+    from vllm_hotpaths.testing.cases import logits_copy, swap_states, think_budget
+
+    schema = {"ThinkProgram": think_budget.OPS, "SwapProgram": swap_states.OPS,
+              "LogitsProgram": logits_copy.OPS}.get(type(case).__name__)
+    return schema.of(case, kind) if schema else [op for op in getattr(case, "ops", ()) if op and op[0] == kind]
 
 
 def _request_params(case) -> list[dict]:
-    return [dict(op[4]) for op in _ops(case, "add")]
+    return [dict(add.params) for add in _ops(case, "add")]
 
 
 def _no_negative_budget(case) -> bool:
     """Programs where 0.33's budget normalization (a -1 budget tracks nothing) plays no part."""
-    return all(op[3] is None or op[3] >= 0 for op in _ops(case, "add"))
+    return all(add.budget is None or add.budget >= 0 for add in _ops(case, "add"))
 
 
 def _think_tokens(case) -> set[int]:
@@ -232,20 +237,20 @@ LEDGER += [
         "think_budget", "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/sampling_params.py#L65",
         summary="SamplingParams turns a thinking budget of -1 into None (no state is tracked; 0.22 "
                 "kept an inert -1 state) and refuses other negative budgets",
-        affects=lambda case: any(op[3] is not None and op[3] < 0 for op in _ops(case, "add")),
+        affects=lambda case: any(add.budget is not None and add.budget < 0 for add in _ops(case, "add")),
     ),
     _change_in_033(
         "swap_states", "https://github.com/vllm-project/vllm/pull/48419",
         summary="swap_states exchanges the allowed-token mask rows (0.16-0.22 left both rows with "
                 "the second row's mask)",
-        affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "swap")),
+        affects=lambda case: any(add.allowed for add in _ops(case, "add")) and bool(_ops(case, "swap")),
         shows="allowed-token mask",
     ),
     _change_in_033(
         "swap_states", "https://github.com/vllm-project/vllm/issues/43894",
         summary="condense clears the vacated row's allowed-token mask (0.16-0.22 left it for the "
                 "next request added there)",
-        affects=lambda case: any(op[7] for op in _ops(case, "add")) and bool(_ops(case, "remove")),
+        affects=lambda case: any(add.allowed for add in _ops(case, "add")) and bool(_ops(case, "remove")),
         shows="allowed-token mask",
     ),
     _change_in_033(
@@ -270,7 +275,7 @@ LEDGER += [
         "logits_copy", "https://github.com/vllm-project/vllm/pull/52311",
         summary="bad words match against the request's draft tokens on speculative rows",
         affects=lambda case: any(p.get("bad_words") for p in _request_params(case))
-        and any(drafts for op in _ops(case, "step") for _, drafts in op[1]),
+        and any(drafts for step in _ops(case, "step") for _, drafts in step.batch),
     ),
     _change_in_033(
         "logits_copy", "https://github.com/vllm-project/vllm/pull/46727",

@@ -67,8 +67,8 @@ def fast_holder(upstream, vocab_size: int, max_num_reqs: int, version: str):
     return FastHolder(fast, upstream)
 
 
-def install() -> list[str]:
-    version = vllm_env.installed_version()
+def install(version: str | None = None) -> list[str]:
+    version = version or vllm_env.installed_version()
     batch_class = vllm_env.import_vllm(INPUT_BATCH).InputBatch
     if UPSTREAM:
         return REPLACED

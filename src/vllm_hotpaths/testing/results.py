@@ -1,0 +1,52 @@
+"""`vllm-hotpaths results`: Markdown pages of measured results, written from the files the gate
+and the benchmarks write (`gate-report.json`, `bench --json`), never typed in by hand. Each page
+names the command that produced its numbers (recorded in those files) and the device they ran on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def gate_page(report: dict, source: str) -> str:
+    lines = ["# Gate report", "", f"Produced by: `{report.get('command', 'vllm-hotpaths gate')}`  ",
+             f"vLLM: {report.get('vllm_version') or 'not installed'}; profile: {report['profile']}; "
+             f"from `{source}`", "",
+             "| hot path | check | device | implementation | status | examples |",
+             "|---|---|---|---|---|---|"]
+    for r in report["results"]:
+        lines.append(f"| {r['hotpath']} | {r['check']} | {r['device']} | {r['implementation']} | "
+                     f"{r['status']} | {r['examples']} |")
+    excused = sorted({link for r in report["results"] for link in r["excused"]})
+    if excused:
+        lines += ["", "Expected divergences (ledger entries met):", ""] + [f"- {link}" for link in excused]
+    return "\n".join(lines) + "\n"
+
+
+def bench_page(bench: dict, source: str) -> str:
+    device = bench.get("cuda_device")
+    lines = ["# Benchmarks", "", f"Produced by: `{bench.get('command', 'vllm-hotpaths bench')}`  ",
+             "Devices: cpu" + (f", cuda ({device})" if device else "") + f"; from `{source}`. Times are "
+             "medians measured side by side in one run; the ratio is baseline / fast.", "",
+             "| hot path | device | size | case | baseline | fast | ratio |", "|---|---|---|---|---|---|---|"]
+    for r in bench["records"]:
+        size = " ".join(f"{k}={v}" for k, v in r["size"].items())
+        lines.append(f"| {r['hotpath']} | {r['device']} | {size} | {r['case']} | "
+                     f"{r['reference_s'] * 1e3:.3f} ms | {r['fast_s'] * 1e3:.3f} ms | {r['ratio']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def write(gate_reports: list[Path], benches: list[Path], out: Path) -> list[Path]:
+    """One page per input file, named after it; returns the pages written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in gate_reports:
+        page = out / f"gate-{Path(path).parent.name or 'report'}.md"
+        page.write_text(gate_page(json.loads(Path(path).read_text()), Path(path).name))
+        written.append(page)
+    for path in benches:
+        page = out / f"bench-{Path(path).stem}.md"
+        page.write_text(bench_page(json.loads(Path(path).read_text()), Path(path).name))
+        written.append(page)
+    return written
