@@ -15,6 +15,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export VLLM_HOTPATHS_SUITE="$PWD"  # the package is not installed here: the gate runs this checkout's suite
 python - <<'PY'
 import torch, triton, hypothesis, platform
 print(f"python {platform.python_version()}  torch {torch.__version__}  triton {triton.__version__}  "
