@@ -157,8 +157,9 @@ def generate_law_tests(metafunc):
             for device in checks.devices(law):
                 values = {"hotpath": hotpath, "checks": checks, "candidate": candidate, "device": device}
                 ids = [hotpath.name, device] + ([candidate.label] if candidate else [])
+                triton = [pytest.mark.triton] if checks.triton else []  # (the gate's interpreter run)
                 params.append(pytest.param(*(values[n] for n in argnames), id="-".join(ids),
-                                           marks=[pytest.mark.hotpath(hotpath.name), *marks[device]]))
+                                           marks=[pytest.mark.hotpath(hotpath.name), *triton, *marks[device]]))
     metafunc.parametrize(argnames, params)
 
 

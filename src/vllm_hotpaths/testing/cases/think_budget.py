@@ -554,15 +554,17 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
     return ThinkBudgetMachine
 
 
-def run_machine(machine_class, database_key: str | None = None) -> None:
-    """One property run of the machine (the profile's examples, up to 40 rules each); its
-    examples are kept in Hypothesis' database under `database_key` where given."""
+def run_machine(machine_class, digest: str | None = None) -> None:
+    """One property run of the machine (the profile's examples, up to 40 rules each). `digest`
+    gives the run its own examples (and, derandomized, its own seed), as Hypothesis' pytest plugin
+    gives each parametrized test; the machine's own digest (its source) stays part of it."""
     from hypothesis import settings
     from hypothesis.stateful import get_state_machine_test
 
     test = get_state_machine_test(machine_class, settings=settings(settings.default, stateful_step_count=40))
-    if database_key is not None:
-        test._hypothesis_internal_database_key = database_key.encode()
+    if digest is not None:
+        inner = test.hypothesis.inner_test
+        inner._hypothesis_internal_add_digest = inner._hypothesis_internal_add_digest + digest.encode()
     test()
 
 
@@ -655,7 +657,7 @@ class ThinkBudgetChecks(Checks):
         for spec, mode in SPEC_MODES:
             run_machine(machine(version, spec, _maker(expected, device), _maker(actual, device), device, log,
                                 label, judge),
-                        database_key=f"vllm-hotpaths:{self.hotpath}:{key}:{mode}")
+                        digest=f"vllm-hotpaths:{self.hotpath}:{key}:{mode}")
 
     def replay(self, expected: Side, actual: Side, device, log: CaseLog, judge: Judge) -> None:
         """Every committed program through `judge` (not those whose budgets a vLLM side's
@@ -712,7 +714,8 @@ class ThinkBudgetChecks(Checks):
             patch.uninstall()
 
     def check_patch(self, device, log: CaseLog, key: str = "") -> None:
-        """`patch_agrees` on every committed program, then the machine in each spec mode."""
+        """With the patch installed: upstream's holder against the patched InputBatch's, on every
+        committed program, then in the machine in each spec mode (`check`)."""
         from vllm_hotpaths.think_budget import patch
 
         upstream, patched = self._patch_sides()
