@@ -4,7 +4,8 @@ import math
 
 from hypothesis import given, settings
 
-from strategies.penalties import PenaltiesProgram, penalties_programs
+from strategies import penalties_programs
+from vllm_hotpaths.testing.cases.penalties import PenaltiesProgram
 from properties import REGRESSIONS
 from vllm_hotpaths.testing import fixtures
 

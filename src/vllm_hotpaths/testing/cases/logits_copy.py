@@ -282,7 +282,7 @@ class LogitsCopyChecks(Checks):
             assert_same_processing(case, expected, actual, device)
 
     def error_cases(self):
-        from strategies.logits_copy import bad_input_cases
+        from strategies import bad_input_cases
 
         return bad_input_cases()
 

@@ -426,7 +426,7 @@ class RecoveredTokensChecks(Checks):
             log.excuse_link(link)
 
     def error_cases(self):
-        from strategies.recovered_tokens import corrupted_recovery_cases
+        from strategies import corrupted_recovery_cases
 
         return corrupted_recovery_cases()
 
@@ -445,7 +445,7 @@ class RecoveredTokensChecks(Checks):
                                  f"({actual.label} vs {expected.label}): returned {ids!r}")
 
     def check_patch(self, device, log: CaseLog, key: str = "") -> None:
-        from strategies.recovered_tokens import seeded_recovery_cases
+        from strategies import seeded_recovery_cases
 
         self.explore(seeded_recovery_cases(), SeededRecovery, key, log,
                      lambda case: self.patch_agrees(case, device, log))

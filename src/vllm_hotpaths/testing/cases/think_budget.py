@@ -415,7 +415,7 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
     from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
     from strategies import small_counts, think_configs
-    from strategies.think_budget import ThinkDraws
+    from strategies import ThinkDraws
 
     SEEDS, BOOLEANS, COUNTS = st.integers(0, 2**16), st.booleans(), small_counts()
 
