@@ -52,9 +52,11 @@ def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp
         target, keyword = f"properties/test_{prop}.py", f"{hotpath} and cpu"
     else:
         target, keyword = f"properties/test_{hotpath}.py", f"{prop} and not fixtures and not cuda"
+    module = {"think_budget": think_budget_mutants, "swap_states": swap_states_mutants}[hotpath]
+    profile = "quality" if mutant in getattr(module, "NEED_MORE_EXAMPLES", ()) else "ci"
     result = run_cli(
         "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider",
-        "-k", keyword, "--hypothesis-profile", "ci",
+        "-k", keyword, "--hypothesis-profile", profile,
         "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
     )
