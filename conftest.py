@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from vllm_hotpaths import registry, vllm_env
 from properties import REGRESSIONS
 from vllm_hotpaths.testing import fixtures, ledger
 from vllm_hotpaths.testing.laws import CaseLog, Side
+from vllm_hotpaths.testing.watchdog import DEFAULT_SECONDS as DEFAULT_TIMEOUTS, TimedOut, default_seconds, limit
 
 # Without a GPU, Triton kernels (ours and vLLM's) run in Triton's interpreter; this must happen
 # before any kernel module is imported.
@@ -59,17 +61,24 @@ def pytest_addoption(parser):
                     help="fail (instead of skip) the cuda cases when no GPU is visible")
     group.addoption("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR",
                     help="run the hot path's equivalence properties against this candidate")
-    group.addoption("--fixture-dir", default=str(REGRESSIONS),
-                    help="where failing properties write regression fixtures "
-                         "(default: properties/regressions)")
+    group.addoption("--fixture-dir", default=None,
+                    help="where failing properties write regression fixtures (default: "
+                         "properties/regressions; with --impl, a scratch folder that later runs do "
+                         f"not replay: {SCRATCH_FIXTURES})")
+    group.addoption("--time-limit", type=float, default=None, metavar="SECONDS",
+                    help="fail a test that runs longer (default: by Hypothesis profile, "
+                         + ", ".join(f"{p} {s:g} s" for p, s in DEFAULT_TIMEOUTS.items()) + "; 0: none)")
 
 
+@pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded the chosen profile
 def pytest_configure(config):
+    honour_seed(config)
     for line in (
         "hotpath(name): the hot path a property belongs to",
         "check(kind): equivalence (candidate vs reference), conformance (reference vs vLLM) or "
         "drift (an older reference vs vLLM: every difference named by the ledger)",
         "needs_cuda: runs only where a CUDA device is visible",
+        "broken_fixture(message): a committed fixture this test replays cannot be read (it fails)",
         "needs_vllm: runs only where vLLM is installed",
         "plugin_patch: a property of the hot path's plugin patch (deselected where the patch does "
         "not apply to the installed vLLM)",
@@ -87,6 +96,11 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: a property of the {name} hot path (from its hotpath marker)")
     for kind in CHECK_KINDS:
         config.addinivalue_line("markers", f"{kind.replace('-', '_')}: a property whose check is {kind}")
+    if config.getoption("fixture_dir") is None:
+        config.option.fixture_dir = str(SCRATCH_FIXTURES if config.getoption("impl") else REGRESSIONS)
+    problem = fixtures.unwritable(Path(config.getoption("fixture_dir")))
+    if problem:
+        raise pytest.UsageError(f"--fixture-dir {config.getoption('fixture_dir')}: {problem}")
     if config.getoption("impl"):
         import_from_invocation_folder(str(config.invocation_params.dir))
     for assignment in config.getoption("impl"):
@@ -94,6 +108,42 @@ def pytest_configure(config):
             registry.override_implementation(assignment)
         except (ValueError, KeyError, ImportError) as err:
             raise pytest.UsageError(f"--impl {assignment}: {err}") from err
+
+
+def honour_seed(config) -> None:
+    """`--hypothesis-seed N` under a derandomized profile: the same profile, drawing from seed N
+    (a derandomized profile would ignore it). The gate passes a fresh seed on every run."""
+    seed = config.getoption("hypothesis_seed", None)
+    if seed is not None and settings.default.derandomize:
+        name = settings.get_current_profile_name()
+        settings.register_profile(f"{name}-seeded", parent=settings.get_profile(name), derandomize=False)
+        settings.load_profile(f"{name}-seeded")
+
+
+def pytest_report_header(config):
+    seed = config.getoption("hypothesis_seed", None)
+    limit = time_limit(config)
+    return [f"vllm-hotpaths: Hypothesis profile {settings.get_current_profile_name()} "
+            f"({settings.default.max_examples} examples, "
+            + (f"seed {seed})" if seed is not None else
+               "derandomized)" if settings.default.derandomize else "a fresh seed per test)")
+            + f"; time limit per test: {f'{limit:g} s' if limit > 0 else 'none'}"
+            + f"; new fixtures go to {config.getoption('fixture_dir')}"]
+
+
+def profile_name(config) -> str:
+    return (config.getoption("hypothesis_profile", None) or settings.get_current_profile_name()).removesuffix("-seeded")
+
+
+def time_limit(config) -> float:
+    chosen = config.getoption("time_limit")
+    return default_seconds(profile_name(config)) if chosen is None else chosen
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with limit(time_limit(item.config)):
+        return (yield)
 
 
 def import_from_invocation_folder(folder: str) -> None:
@@ -107,6 +157,8 @@ def import_from_invocation_folder(folder: str) -> None:
 
 
 DEVICES = ("cpu", "cuda")
+# Where a candidate's failures go (--impl): not the checkout's fixtures, which every run replays.
+SCRATCH_FIXTURES = Path(tempfile.gettempdir()) / "vllm-hotpaths-fixtures"
 CHECK_KINDS = ("equivalence", "conformance", "drift", "semantic-change")
 
 
@@ -182,6 +234,14 @@ def vllm_version(pytestconfig):
     return installed_vllm(pytestconfig)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test whose committed fixtures cannot be read fails, naming the file, instead of running."""
+    broken = pyfuncitem.get_closest_marker("broken_fixture")
+    if broken is not None:
+        pytest.fail(broken.args[0], pytrace=False)
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("needs_cuda") and not torch.cuda.is_available():
         if item.config.getoption("require_cuda"):
@@ -207,9 +267,16 @@ def pytest_runtest_setup(item):
                     "VLLM_HOTPATHS_VLLM_C may name a _C.abi3.so)")
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
 def pytest_collection_modifyitems(config, items):
     """Drift checks exist only where the installed vLLM's hot path has an older reference, and a
-    plugin patch's properties only where the patch applies to the installed vLLM."""
+    plugin patch's properties only where the patch applies to the installed vLLM. An `--impl`
+    whose hot path no selected property checks is an error."""
+    for assignment in config.getoption("impl"):
+        name = assignment.split("=", 1)[0].split("@", 1)[0]
+        if not any(marker.args[0] == name for item in items for marker in item.iter_markers("hotpath")):
+            raise pytest.UsageError(f"--impl {assignment}: no selected property checks hot path {name!r} "
+                                    "(it is left out by the paths, -k or -m given)")
     version = installed_vllm(config)
     if version is None:
         return
@@ -268,15 +335,38 @@ def pytest_runtest_makereport(item, call):
         ]
         if log is not None and log.shown_by:
             report.user_properties.append(("fixture", log.shown_by))
+    if report.failed and call.excinfo is not None:
+        if call.excinfo.errisinstance(TimedOut):
+            report.longrepr = (f"{item.nodeid}: {call.excinfo.value} (the test's time limit: --time-limit, "
+                               f"default by Hypothesis profile)")
+        elif call.excinfo.errisinstance(fixtures.FixtureError):
+            report.longrepr = str(call.excinfo.value)
+        report.user_properties.append(("failure", first_lines(call.excinfo.exconly())))
     if report.failed and log is not None and log.last is not None and hotpath is not None:
-        directory = Path(item.config.getoption("fixture_dir"))
+        report_fixture(item, report, hotpath.args[0], log.last)
+
+
+def report_fixture(item, report, hotpath: str, case) -> None:
+    """Name the failing case's fixture: a committed one it replayed, or a new one written now."""
+    committed = fixtures.committed_path(REGRESSIONS, hotpath, case)
+    if committed is not None:
+        shown = fixtures.shown(committed, item.config.rootpath)
+        message = f"failed on the committed fixture {shown}"
+    else:
         try:
-            path = fixtures.save(directory, hotpath.args[0], log.last, source=item.nodeid)
-            report.user_properties.append(("fixture", fixtures.shown(path, item.config.rootpath)))
-            message = f"shrunk case saved as regression fixture: {path}"
+            path = fixtures.save(Path(item.config.getoption("fixture_dir")), hotpath, case, source=item.nodeid)
+            shown = fixtures.shown(path, item.config.rootpath)
+            message = f"new counterexample shrunk to {path}"
         except TypeError as err:  # a case that is not a dataclass cannot become a fixture
-            message = f"no regression fixture written: {err}"
-        if hasattr(report.longrepr, "addsection"):
-            report.longrepr.addsection("regression fixture", message)
-        else:
-            report.longrepr = f"{report.longrepr}\n{message}"
+            shown, message = None, f"no regression fixture written: {err}"
+    if shown is not None:
+        report.user_properties.append(("fixture", shown))
+    if hasattr(report.longrepr, "addsection"):
+        report.longrepr.addsection("regression fixture", message)
+    else:
+        report.longrepr = f"{report.longrepr}\n{message}"
+
+
+def first_lines(message: str, lines: int = 6, width: int = 300) -> str:
+    """The head of a failure's message, for the gate's report."""
+    return "\n".join(line[:width] for line in message.splitlines()[:lines])

@@ -1,8 +1,10 @@
-"""The property suite. `REGRESSIONS` holds the committed fixtures, replayed by every run."""
+"""The property suite. `REGRESSIONS` holds the committed fixtures, replayed by every run
+(VLLM_HOTPATHS_REGRESSIONS names another folder of them)."""
 
+import os
 from pathlib import Path
 
-REGRESSIONS = Path(__file__).with_name("regressions")
+REGRESSIONS = Path(os.environ.get("VLLM_HOTPATHS_REGRESSIONS") or Path(__file__).with_name("regressions"))
 SUITE_ROOT = Path(__file__).parent.parent  # where reports print fixture paths from
 
 

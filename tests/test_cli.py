@@ -7,10 +7,14 @@ STATUSES = {"pass", "fail", "skip", "expected-divergence"}
 
 
 def check_report_shape(report):
-    assert set(report) == {"vllm_version", "profile", "command", "results"}
+    assert set(report) == {"vllm_version", "profile", "seed", "command", "environment", "duration_s",
+                           "devices", "partial", "problems", "verdict", "results"}
+    assert set(report["environment"]) == {"date", "commit", "python", "torch", "triton", "hypothesis",
+                                          "vllm", "cuda_device"}
+    assert isinstance(report["seed"], int) and report["verdict"] in ("PASS", "FAIL")
     for row in report["results"]:
         assert set(row) == {"hotpath", "check", "device", "implementation", "status", "examples",
-                            "fixture", "outcomes", "excused"}
+                            "fixture", "outcomes", "excused", "failures", "skip_reasons"}
         assert row["check"] in {"equivalence", "conformance", "drift", "semantic-change"}
         assert row["device"] in {"cpu", "cuda"}
         assert row["status"] in STATUSES
@@ -27,6 +31,7 @@ def test_gate_passes_and_writes_reports(run_cli, tmp_path):
     assert rows[("equivalence", "cpu")]["examples"] > 0
     assert "| penalties" in (tmp_path / "gate-report.md").read_text()
     assert "| penalties" in result.stdout
+    assert result.stdout.rstrip().splitlines()[-1].startswith("PASS: ")
 
 
 def test_gate_runs_only_the_named_hot_path(run_cli, tmp_path):
@@ -48,7 +53,11 @@ def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path
     check_report_shape(report)
     failed = [r for r in report["results"] if r["status"] == "fail"]
     assert failed and all("PadWithZero@0.16.0" in r["implementation"] for r in failed)
-    assert failed[0]["fixture"].startswith(str(tmp_path / "fx"))
+    # a committed fixture that catches it is named; a new counterexample goes to --fixture-dir
+    assert failed[0]["fixture"].startswith((str(tmp_path / "fx"), "properties/regressions/penalties/"))
+    failure = failed[0]["failures"][0]
+    assert failure["test"] in failure["replay"] and f"--hypothesis-seed={report['seed']}" in failure["replay"]
+    assert failure["message"] and result.stdout.rstrip().splitlines()[-1].startswith("FAIL: ")
 
 
 def test_gate_require_cuda_fails_without_a_gpu(run_cli, tmp_path):

@@ -45,3 +45,26 @@ def test_committed_fixtures_are_replayed_as_examples():
     probe()
     assert len(seen) == len(committed)
     assert all(same(a, b) for a, (_, b) in zip(seen, committed))
+
+
+BAD_FIXTURES = [
+    ("{not json", "not readable JSON"),
+    ('["a list"]', 'no "case" object'),
+    ('{"case_type": "RepairCase", "case": {}}', "its case_type is 'RepairCase', its name says PenaltiesProgram"),
+    ('{"case": {"vocab_size": 4, "max_num_reqs": 1, "max_model_len": 8, "ops": [], "colour": 1}}',
+     "unknown fields ['colour']"),
+    ('{"case": {"vocab_size": 4}}', "missing fields ['max_model_len', 'max_num_reqs', 'ops']"),
+]
+
+
+def test_a_fixture_that_is_not_a_case_is_named_with_its_problem(tmp_path):
+    import pytest
+
+    for i, (text, problem) in enumerate(BAD_FIXTURES):
+        folder = tmp_path / str(i)
+        path = folder / "penalties" / "PenaltiesProgram-000000000000.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+        with pytest.raises(fixtures.FixtureError) as raised:
+            fixtures.load(folder, "penalties", PenaltiesProgram)
+        assert str(raised.value).startswith(f"fixture {path}: ") and problem in str(raised.value), raised.value

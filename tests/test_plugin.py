@@ -11,6 +11,7 @@ from vllm_hotpaths import registry, vllm_env
 
 pytestmark = pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
 PATCHED = [name for name, hotpath in registry.HOTPATHS.items() if hotpath.patch]
+CPU_RECORD = {"profile": "gate", "devices": ["cpu"]}  # a gate run on a machine without a GPU
 
 LOAD = """
 import logging, sys
@@ -59,7 +60,7 @@ def test_the_entry_point_is_declared():
 
 def test_a_validated_version_is_installed_once(run_cli, tmp_path):
     version = vllm_env.installed_version()
-    result = load(run_cli, tmp_path, {"logits_copy": {version: {"profile": "gate"}}})
+    result = load(run_cli, tmp_path, {"logits_copy": {version: CPU_RECORD}})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "logits_copy PATCHED" in result.stdout, result.stdout
     assert result.stdout.count(f"logits_copy installed for vLLM {version}") == 1, result.stdout
@@ -67,7 +68,7 @@ def test_a_validated_version_is_installed_once(run_cli, tmp_path):
 
 def test_each_hot_path_is_installed_only_where_validated(run_cli, tmp_path):
     version = vllm_env.installed_version()
-    result = load(run_cli, tmp_path, {"swap_states": {version: {"profile": "gate"}}})
+    result = load(run_cli, tmp_path, {"swap_states": {version: CPU_RECORD}})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "swap_states PATCHED" in result.stdout and "logits_copy UPSTREAM" in result.stdout, result.stdout
     assert f"swap_states installed for vLLM {version}" in result.stdout, result.stdout
@@ -90,7 +91,7 @@ def test_every_validated_hot_path_is_installed_into_vllm(run_cli, tmp_path):
     still copies), a new InputBatch holds the fast thinking-budget holder, and a request's output
     list becomes the tracked list the penalties builder follows."""
     version = vllm_env.installed_version()
-    result = load(run_cli, tmp_path, {name: {version: {"profile": "gate"}} for name in PATCHED})
+    result = load(run_cli, tmp_path, {name: {version: CPU_RECORD} for name in PATCHED})
     assert result.returncode == 0, result.stderr[-3000:]
     for name in PATCHED:
         needed = registry.get(name).patch_needed(version) is None
@@ -101,7 +102,7 @@ def test_every_validated_hot_path_is_installed_into_vllm(run_cli, tmp_path):
 
 def test_the_holder_alone_also_tracks_the_output_lists(run_cli, tmp_path):
     version = vllm_env.installed_version()
-    result = load(run_cli, tmp_path, {"think_budget": {version: {"profile": "gate"}}})
+    result = load(run_cli, tmp_path, {"think_budget": {version: CPU_RECORD}})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "think_budget PATCHED" in result.stdout and "penalties UPSTREAM" in result.stdout, result.stdout
     assert "holder FastHolder" in result.stdout and "output list TrackedTokenList" in result.stdout
@@ -109,7 +110,7 @@ def test_the_holder_alone_also_tracks_the_output_lists(run_cli, tmp_path):
 
 def test_an_unvalidated_version_is_refused_with_the_gate_command(run_cli, tmp_path):
     version = vllm_env.installed_version()
-    result = load(run_cli, tmp_path, {"logits_copy": {"0.0.1": {"profile": "gate"}}})
+    result = load(run_cli, tmp_path, {"logits_copy": {"0.0.1": CPU_RECORD}})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "logits_copy UPSTREAM" in result.stdout, result.stdout
     assert f"not validated for vLLM {version}" in result.stdout, result.stdout
@@ -118,13 +119,30 @@ def test_an_unvalidated_version_is_refused_with_the_gate_command(run_cli, tmp_pa
 
 def test_vllm_hotpaths_off_installs_nothing(run_cli, tmp_path):
     version = vllm_env.installed_version()
-    result = load(run_cli, tmp_path, {"logits_copy": {version: {}}}, VLLM_HOTPATHS="off")
+    result = load(run_cli, tmp_path, {"logits_copy": {version: CPU_RECORD}}, VLLM_HOTPATHS="off")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "PATCHED" not in result.stdout and "installed" not in result.stdout, result.stdout
+    assert "vllm-hotpaths: off (VLLM_HOTPATHS=off)" in result.stdout, result.stdout
     assert "holder ThinkingBudgetStateHolder" in result.stdout and "output list list" in result.stdout
 
 
-def test_an_unknown_hot_path_is_named(run_cli, tmp_path):
-    result = load(run_cli, tmp_path, {}, VLLM_HOTPATHS="logits_copy,sampler")
-    assert result.returncode != 0
-    assert "VLLM_HOTPATHS names sampler" in result.stderr, result.stderr[-3000:]
+def test_an_unknown_hot_path_is_named_and_the_others_installed(run_cli, tmp_path):
+    version = vllm_env.installed_version()
+    result = load(run_cli, tmp_path, {"swap_states": {version: CPU_RECORD}}, VLLM_HOTPATHS="swap_states,sampler")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "VLLM_HOTPATHS names sampler, which no patch has" in result.stdout, result.stdout
+    assert "swap_states PATCHED" in result.stdout, result.stdout
+
+
+def test_a_cpu_record_does_not_install_on_a_cuda_engine(monkeypatch, tmp_path, caplog):
+    from vllm_hotpaths import plugin
+
+    version = vllm_env.installed_version()
+    path = tmp_path / "validated.json"
+    path.write_text(json.dumps({"swap_states": {version: CPU_RECORD}}))
+    monkeypatch.setenv("VLLM_HOTPATHS_VALIDATED", str(path))
+    monkeypatch.setenv("VLLM_HOTPATHS", "swap_states")
+    monkeypatch.setattr(plugin, "engine_device", lambda: "cuda")
+    with caplog.at_level("WARNING", logger="vllm.vllm_hotpaths"):
+        assert "swap_states" not in plugin.register()
+    assert f"not validated for vLLM {version} on cuda (validated on cpu)" in caplog.text, caplog.text

@@ -18,7 +18,7 @@ from properties.quality import think_budget as think_budget_mutants
 @pytest.mark.parametrize("mutant, law", penalties_mutants.MUTANTS.items())
 def test_penalties_mutant_is_caught(mutant, law, run_cli, tmp_path):
     result = run_cli(
-        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", "penalties and cpu", "--hypothesis-profile", "ci",
         "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
         VLLM_HOTPATHS_NO_REPLAY="1",
@@ -27,13 +27,23 @@ def test_penalties_mutant_is_caught(mutant, law, run_cli, tmp_path):
 
 
 def assert_caught_with_fixture(result, fixture_dir, hotpath: str, mutant: str) -> None:
-    """The run failed and wrote exactly one fixture, named in its output, from this mutant."""
+    """The run failed on a comparison (an AssertionError naming a difference, not an error on the
+    way to it) and wrote exactly one fixture, named in its output, from this mutant."""
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert failure_types(fixture_dir / "junit.xml") == ["AssertionError"], result.stdout[-3000:]
     written = list((fixture_dir / hotpath).glob("*.json"))
     assert len(written) == 1
     assert str(written[0]) in result.stdout
     record = json.loads(written[0].read_text())
     assert record["hotpath"] == hotpath and mutant in record["source"]
+
+
+def failure_types(junit_xml) -> list[str]:
+    """The exception type of each failure in a JUnit report."""
+    import xml.etree.ElementTree as ET
+
+    failures = ET.parse(junit_xml).getroot().iter("failure")
+    return [f.get("message", "").split(":", 1)[0].split(".")[-1] for f in failures]
 
 
 VERSIONED_MUTANTS = [(hotpath, mutant, version, prop)
@@ -55,7 +65,7 @@ def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp
     module = {"think_budget": think_budget_mutants, "swap_states": swap_states_mutants}[hotpath]
     profile = "quality" if mutant in getattr(module, "NEED_MORE_EXAMPLES", ()) else "ci"
     result = run_cli(
-        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider",
+        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", keyword, "--hypothesis-profile", profile,
         "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
@@ -72,7 +82,7 @@ def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
     """Triton kernels interpreted on the CPU; `IEEEDivision` shows only on CUDA (the GPU run)."""
     version, law, _ = CPU_RECOVERY_MUTANTS[mutant]
     result = run_cli(
-        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider",
+        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", "recovered_tokens and cpu", "--hypothesis-profile", "ci",
         "--impl", f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
@@ -90,7 +100,7 @@ def test_logits_copy_mutant_is_caught(mutant, run_cli, tmp_path):
     else:
         target, selected = "properties/test_logits_copy.py", f"{caught_by} and cpu"
     result = run_cli(
-        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider",
+        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", selected, "--hypothesis-profile", "ci",
         "--impl", f"logits_copy@{logits_copy_mutants.version_of(mutant)}=properties.quality.logits_copy:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",

@@ -91,11 +91,13 @@ class DraftLaneNotMasked(SplitVocabReciprocal):
 class ResidualNotClamped(SplitVocabReciprocal):
     """Ranks `target - draft` without `max(., 0)`: an all-negative residual picks its largest."""
 
-    def recover(self, max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, q):
+    def recover(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                target_probs, q):
         if draft_probs is None:
-            return super().recover(max_spec_len, num_draft_tokens, cu, draft_token_ids, None, target_probs, q)
+            return super().recover(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, None,
+                                   target_probs, q)
         no_mask = torch.full_like(draft_token_ids, -1)
-        return super().recover(max_spec_len, num_draft_tokens, cu, no_mask, None,
+        return super().recover(max_spec_len, num_draft_tokens, cu_num_draft_tokens, no_mask, None,
                                (target_probs - draft_probs).contiguous(), q)
 
 

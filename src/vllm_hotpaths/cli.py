@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 from vllm_hotpaths import registry
@@ -24,7 +25,15 @@ def _gate(args) -> int:
         require_cuda=args.require_cuda, require_vllm=args.require_vllm, impls=args.impl,
         workers=args.workers, fixture_dir=Path(args.fixture_dir).resolve() if args.fixture_dir else None,
         hotpaths=args.hotpath or [], record=args.record,
-        junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip)
+        junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip,
+        seed=args.seed, timeout=args.timeout)
+    if options.impls and options.fixture_dir is None:  # a candidate's failures stay out of the checkout
+        options.fixture_dir = options.report_dir / "fixtures"
+    problems = options.problems()
+    if problems:
+        for problem in problems:
+            print(f"gate: {problem}", file=sys.stderr)
+        return 2
     if args.vllm:
         return gate.in_environment(args.vllm, options)
     return gate.run(options, record_to=plugin.validated_file() if args.record else None)
@@ -109,19 +118,35 @@ def _contracts(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from vllm_hotpaths.testing import e2e as e2e_module  # the test machinery, only for the command line
 
+    from vllm_hotpaths.testing.gate import PROFILES
+    from vllm_hotpaths.testing.watchdog import DEFAULT_SECONDS
+
     parser = argparse.ArgumentParser(prog="vllm-hotpaths")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('vllm-hotpaths')}")
     sub = parser.add_subparsers(dest="command", required=True)
-    gate = sub.add_parser("gate", help="run every hot path's properties and conformance checks")
-    gate.add_argument("--profile", default="gate", choices=["dev", "ci", "gate", "soak"])
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+    gate = sub.add_parser("gate", help="run every hot path's properties and conformance checks",
+                          formatter_class=defaults)
+    gate.add_argument("--profile", default="gate", choices=PROFILES,
+                      help="Hypothesis profile: examples per property (dev 60, ci 150, gate 1500, soak 25000)")
+    gate.add_argument("--seed", type=int, default=None,
+                      help="Hypothesis' seed, to replay a run (its report names the seed); default: a fresh one")
+    gate.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                      help="time limit per property; a property over it fails and the gate goes on; "
+                           "default by profile (" + ", ".join(f"{p} {DEFAULT_SECONDS[p]:g} s" for p in PROFILES)
+                           + "), 0: none")
     gate.add_argument("--require-cuda", action="store_true", help="a missing GPU is a failure")
     gate.add_argument("--require-vllm", action="store_true", help="a missing vLLM is a failure")
-    gate.add_argument("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR")
+    gate.add_argument("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR",
+                      help="check this candidate instead of the shipped fast path (repeatable; "
+                           "`vllm-hotpaths contracts` prints what each hot path's candidate provides)")
     gate.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS),
                       help="only this hot path's properties (repeatable; default: all)")
     gate.add_argument("-n", "--workers", default=None, help="pytest-xdist workers (e.g. auto)")
     gate.add_argument("--report-dir", default=".", help="where gate-report.json/.md are written")
     gate.add_argument("--fixture-dir", default=None,
-                      help="where failures write fixtures (default: properties/regressions)")
+                      help="where failures write fixtures (default: properties/regressions; with "
+                           "--impl, REPORT_DIR/fixtures)")
     gate.add_argument("--vllm", metavar="X.Y.Z",
                       help="gate this vLLM version in its own environment .venvs/vllm-X.Y.Z "
                            "(made from ci/vllm-X.Y.Z-cpu.txt); default: the installed vLLM")
@@ -134,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--fail-on-skip", action="store_true",
                       help="a skipped row is a failure (CI on a GPU runner with vLLM installed)")
     gate.set_defaults(func=_gate)
-    bench = sub.add_parser("bench", help="time reference vs fast, side by side")
+    bench = sub.add_parser("bench", help="time reference vs fast, side by side", formatter_class=defaults)
     bench.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS))
     bench.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
     bench.add_argument("--quick", action="store_true", help="fewer sizes and steps")

@@ -4,8 +4,10 @@ into the running vLLM the fast paths that the gate validated for its version.
 `validated.json` (written by `vllm-hotpaths gate --record`) lists, per hot path, the vLLM
 versions for which every check passed. A hot path is installed only for a listed version;
 otherwise upstream is kept and a warning names the gate command that would validate it.
-VLLM_HOTPATHS selects: unset or "all" (every hot path that has a patch), "off" (none), or
-names separated by commas. VLLM_HOTPATHS_VALIDATED names another validated file. Loading twice
+A hot path is installed on a CUDA engine only where its record has CUDA rows (the gate on a
+GPU machine writes them). VLLM_HOTPATHS selects: unset or "all" (every hot path that has a
+patch), "off" (none, logged once), or names separated by commas (unknown ones are logged and
+left out). VLLM_HOTPATHS_VALIDATED names another validated file. Loading twice
 installs nothing twice. Each patch falls back to upstream, at run time, for rows it cannot vouch
 for (its module says which).
 """
@@ -35,8 +37,8 @@ def load_validated(path: Path | None = None) -> dict[str, dict[str, dict]]:
 
 
 def selected() -> list[str]:
-    """The hot paths VLLM_HOTPATHS asks for (those with a patch), or a ValueError naming the
-    unknown ones."""
+    """The hot paths VLLM_HOTPATHS asks for (those with a patch); unknown names are left out
+    with a warning, so that a typo never stops vLLM from starting."""
     value = os.environ.get("VLLM_HOTPATHS", "all").strip()
     patchable = [name for name, hp in registry.HOTPATHS.items() if hp.patch]
     if value.lower() in ("", "all"):
@@ -46,9 +48,16 @@ def selected() -> list[str]:
     names = [n.strip() for n in value.split(",") if n.strip()]
     unknown = [n for n in names if n not in patchable]
     if unknown:
-        raise ValueError(f"VLLM_HOTPATHS names {', '.join(unknown)}; hot paths with a patch: "
-                         f"{', '.join(patchable)} (or all, off)")
-    return names
+        logger.warning("vllm-hotpaths: VLLM_HOTPATHS names %s, which no patch has (hot paths with a patch: "
+                       "%s; or all, off); installing the others", ", ".join(unknown), ", ".join(patchable))
+    return [n for n in names if n in patchable]
+
+
+def engine_device() -> str:
+    """The device vLLM runs the model on here, as the gate names devices."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def installed() -> dict[str, list[str]]:
@@ -57,16 +66,25 @@ def installed() -> dict[str, list[str]]:
 
 
 def register() -> dict[str, list[str]]:
-    """Install every selected hot path validated for the running vLLM; returns what is installed."""
+    """Install every selected hot path validated for the running vLLM on this engine's device;
+    returns what is installed."""
     version = vllm_env.installed_version()
     validated = load_validated()
-    for name in selected():
+    names = selected()
+    if not names:
+        logger.info("vllm-hotpaths: off (VLLM_HOTPATHS=%s), upstream kept everywhere",
+                    os.environ.get("VLLM_HOTPATHS", ""))
+    device = engine_device()
+    for name in names:
         if name in _installed:
             continue
-        if version not in validated.get(name, {}):
+        entry = validated.get(name, {}).get(version)
+        if entry is None or device not in entry.get("devices", ()):
             logger.warning(
-                "vllm-hotpaths: %s is not validated for vLLM %s, upstream kept; validate it with "
-                "`vllm-hotpaths gate --vllm %s --hotpath %s --record`", name, version, version, name)
+                "vllm-hotpaths: %s is not validated for vLLM %s%s, upstream kept; validate it with "
+                "`vllm-hotpaths gate --vllm %s --hotpath %s --record`%s", name, version,
+                "" if entry is None else f" on {device} (validated on {', '.join(entry.get('devices', ())) or 'nothing'})",
+                version, name, "" if device == "cpu" else f" on a {device} machine")
             continue
         reason = registry.get(name).patch_needed(version)
         if reason is not None:

@@ -70,12 +70,12 @@ class HotPath:
         return resolve(self.references[self.reference_version_for(vllm_version)])
 
     def fast_for(self, vllm_version: str) -> Callable:
-        """The fast factory checked against the reference that `vllm_version` is checked against
-        (what the plugin installs)."""
+        """The shipped fast factory checked against the reference that `vllm_version` is checked
+        against (what the plugin installs, whatever `--impl` candidates are under test)."""
         target = self.reference_version_for(vllm_version)
-        for _, factory, reference_version in self.candidates():
+        for spec, reference_version in self.fast.values():  # shipped ones: never an --impl candidate
             if reference_version == target:
-                return factory
+                return resolve(spec)
         raise LookupError(f"{self.name} has no fast variant for the vLLM {vllm_version} reference ({target})")
 
     def live_factory(self) -> Callable:

@@ -34,59 +34,6 @@ def conformance_reference(hotpath: str, case_log) -> Callable:
     return registry.resolve(registry.get(hotpath).references[conformance_reference_version(hotpath, case_log)])
 
 
-def against_older_reference(hotpath: str, case_log, request, conformance: Callable[[], None],
-                            given_test=None) -> None:
-    """Run `conformance` (a conformance property, called directly) with the older reference.
-
-    A difference fails the property and Hypothesis shrinks it; the shrunk case must be covered by
-    ledger changes, which it then shows (a fixture carrying the first one's link). The property
-    runs again with the differences of the changes shown so far judged as expected, until a run
-    finds nothing new: so each change gets its own shrunk case, and a difference no entry names
-    fails. Examples are judged one by one through `case_log.tolerates`, which a stateful property
-    asks after each operation (ending the run there) and which a `@given` property (`given_test`,
-    the property itself) is wrapped with.
-    """
-    version = vllm_env.installed_version()
-    older = ledger.older_reference_version(hotpath, version)
-    case_log.reference_version = older
-    shown: dict[str, object] = {}  # entry link -> its shrunk case
-
-    def tolerated(failure: AssertionError) -> bool:
-        entries = ledger.explain_drift(hotpath, version, case_log.last, str(failure))
-        return bool(entries) and all(entry.link in shown for entry in entries)
-
-    case_log.tolerates = tolerated
-    if given_test is not None:
-        inner = given_test.hypothesis.inner_test
-
-        def judged_alone(*args, **kwargs):
-            try:
-                inner(*args, **kwargs)
-            except AssertionError as failure:
-                if not tolerated(failure):
-                    raise
-
-        given_test.hypothesis.inner_test = judged_alone
-    try:
-        while True:
-            try:
-                conformance()
-                break
-            except AssertionError as failure:
-                entries = ledger.explain_drift(hotpath, version, case_log.last, str(failure))
-                if not entries:
-                    raise AssertionError(f"reference@{older} differs from vLLM {version} where no "
-                                         f"ledger change names it: {failure}") from failure
-                if all(entry.link in shown for entry in entries):  # not judged alone: no progress
-                    raise
-                for entry in entries:
-                    shown.setdefault(entry.link, case_log.last)
-    finally:
-        if given_test is not None:
-            given_test.hypothesis.inner_test = inner
-    save_shown(hotpath, shown, case_log, request)
-
-
 def check_older_reference(hotpath, checks, vllm_version: str, device, log, request) -> None:
     """The conformance law with the older reference in place of the current one.
 

@@ -20,13 +20,17 @@ version, in its own environment made from the recipe in `ci/`.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -44,6 +48,7 @@ class Row:
     excused: set[str] = field(default_factory=set)
     fixture: str | None = None
     reasons: list[str] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)  # test id, message, fixture, replay command
 
     @property
     def status(self) -> str:
@@ -57,7 +62,8 @@ class Row:
         return {"hotpath": self.hotpath, "check": self.check, "device": self.device,
                 "implementation": self.implementation, "status": self.status,
                 "examples": self.examples, "fixture": self.fixture,
-                "outcomes": self.outcomes, "excused": sorted(self.excused)}
+                "outcomes": self.outcomes, "excused": sorted(self.excused), "failures": self.failures,
+                "skip_reasons": sorted(set(self.reasons))}
 
     def merge(self, other: dict) -> None:
         """Add a row of another gate process's report (same key)."""
@@ -65,14 +71,22 @@ class Row:
         self.examples += other["examples"]
         self.excused.update(other["excused"])
         self.fixture = self.fixture or other["fixture"]
+        self.failures += other["failures"]
+        self.reasons += other["skip_reasons"]
 
 
 class GatePlugin:
-    """Collects property reports (works with xdist: reports carry user_properties)."""
+    """Collects property reports (works with xdist: reports carry user_properties), prints a line
+    per property with its progress, and keeps collection errors."""
 
-    def __init__(self) -> None:
+    def __init__(self, replay: Callable[[str], str] = lambda nodeid: f"python -m pytest '{nodeid}'") -> None:
         self.rows: dict[tuple, Row] = {}
         self.terminal = None
+        self.replay = replay
+        self.collection_errors: list[str] = []
+        self.total = 0
+        self.done = 0
+        self.started = time.monotonic()
 
     def pytest_configure(self, config):
         self.terminal = config.pluginmanager.get_plugin("terminalreporter")
@@ -84,14 +98,28 @@ class GatePlugin:
         else:
             print(line, flush=True)
 
+    def pytest_collection_finish(self, session):
+        self.total = len(session.items)
+
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.total = max(self.total, len(ids))
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.collection_errors.append(f"{report.nodeid or 'collection'}: "
+                                          + str(report.longrepr).strip().splitlines()[-1][:300])
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report, config):
-        if "hotpath" in dict(report.user_properties) and report.when == "call":
+        if "hotpath" in dict(getattr(report, "user_properties", ())) and (
+                report.when == "call" or report.outcome != "passed"):
             return report.outcome, "", report.outcome.upper()  # the gate prints its own line
         return None
 
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
+        if report.when == "teardown":
+            self.done += 1
         if "hotpath" not in props or (report.when != "call" and report.outcome == "passed"):
             return
         key = (props["hotpath"], props["check"], props["device"], props["implementation"])
@@ -103,9 +131,14 @@ class GatePlugin:
             row.fixture = props["fixture"]
         if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
             row.reasons.append(report.longrepr[2])
+        if report.failed:
+            row.failures.append({"test": report.nodeid, "message": props.get("failure", ""),
+                                 "fixture": props.get("fixture"), "replay": self.replay(report.nodeid)})
         name = report.nodeid.split("::")[-1]
-        self._say(f"  {report.outcome:8} {props['hotpath']:14} {props['check']:12} "
-                  f"{props['device']:5} {props['examples']:>6} examples  {name}")
+        progress = f"[{self.done + 1}/{self.total or '?'}]"  # (this test's teardown comes later)
+        self._say(f"  {progress:>9} {time.monotonic() - self.started:6.0f}s {report.outcome:8} "
+                  f"{props['hotpath']:14} {props['check']:12} {props['device']:5} "
+                  f"{props['examples']:>6} examples  {name}")
 
 
 def table(rows: list[Row]) -> str:
@@ -118,6 +151,9 @@ def table(rows: list[Row]) -> str:
     fmt = lambda line: "| " + " | ".join(c.ljust(w) for c, w in zip(line, widths)) + " |"  # noqa: E731
     return "\n".join([fmt(lines[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
                      + [fmt(line) for line in lines[1:]])
+
+
+PROFILES = ("dev", "ci", "gate", "soak")  # Hypothesis profiles the gate takes, smallest first
 
 
 @dataclass
@@ -138,15 +174,42 @@ class GateOptions:
     record: bool = False
     junit_xml: Path | None = None
     fail_on_skip: bool = False
+    seed: int | None = None  # Hypothesis' seed (the gate draws one when None)
+    timeout: float | None = None  # seconds per property (None: by profile)
 
-    def pytest_args(self, interpreted: bool = False) -> list[str]:
-        """The properties of the chosen hot paths (markers `check` and the hot paths' names);
-        `interpreted`: only those marked `triton`, for a TRITON_INTERPRET=1 process."""
-        selection = "check" + (" and triton" if interpreted else "")
+    def problems(self) -> list[str]:
+        """What makes this run impossible, found before anything runs."""
+        from vllm_hotpaths.testing import fixtures
+
+        found = []
+        for option, folder in (("--report-dir", self.report_dir), ("--fixture-dir", self.fixture_dir)):
+            problem = folder is not None and fixtures.unwritable(folder)
+            if problem:
+                found.append(f"{option} {folder}: {problem}")
+        for impl in self.impls:
+            name = impl.split("=", 1)[0].split("@", 1)[0]
+            if self.hotpaths and name not in self.hotpaths:
+                found.append(f"--impl {impl}: hot path {name!r} is not selected (--hotpath "
+                             f"{' '.join(self.hotpaths)})")
+        if self.record and PROFILES.index(self.profile) < PROFILES.index("ci"):
+            found.append(f"--record needs the ci profile or a larger one (--profile {self.profile} "
+                         "checks too few examples to validate a hot path)")
+        if self.timeout is not None and self.timeout < 0:
+            found.append(f"--timeout {self.timeout:g}: seconds, 0 for no limit")
+        return found
+
+    def pytest_args(self, interpreted: bool = False, split: bool = False) -> list[str]:
+        """The properties of the chosen hot paths (markers `check` and the hot paths' names).
+        `interpreted`: only the Triton cases on CPU tensors, for a TRITON_INTERPRET=1 process;
+        `split`: that process runs them, so this one leaves them out."""
+        selection = "check" + (" and triton and not needs_cuda" if interpreted else
+                               " and not needs_interpreter" if split else "")
         if self.hotpaths:
             selection += " and (" + " or ".join(self.hotpaths) + ")"
-        args = [str(self.root / "properties"), "-q", "-p", "no:cacheprovider", "-m", selection,
-                "--hypothesis-profile", self.profile, f"--rootdir={self.root}", "--no-header", "-rfE"]
+        args = [str(self.root / "properties"), "-q", "-m", selection, "--hypothesis-profile", self.profile,
+                f"--rootdir={self.root}", "--no-header", "-rfE", "--continue-on-collection-errors"]
+        args += [f"--hypothesis-seed={self.seed}"] if self.seed is not None else []
+        args += ["--time-limit", f"{self.timeout:g}"] if self.timeout is not None else []
         args += ["--require-cuda"] if self.require_cuda else []
         args += [a for impl in self.impls for a in ("--impl", impl)]
         args += ["-n", self.workers] if self.workers else []
@@ -167,7 +230,18 @@ class GateOptions:
         out += [a for name in self.hotpaths for a in ("--hotpath", name)]
         out += ["-n", self.workers] if self.workers else []
         out += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
+        out += ["--seed", str(self.seed)] if self.seed is not None else []
+        out += ["--timeout", f"{self.timeout:g}"] if self.timeout is not None else []
         return out
+
+    def replay_command(self, nodeid: str) -> str:
+        """The command that runs one failing property again, drawing the same examples."""
+        parts = ["python", "-m", "pytest", f"'{nodeid}'", "--rootdir", str(self.root),
+                 "--hypothesis-profile", self.profile]
+        parts += [f"--hypothesis-seed={self.seed}"] if self.seed is not None else []
+        parts += [a for impl in self.impls for a in ("--impl", impl)]
+        parts += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
+        return " ".join(parts)
 
 
 def pytest_addoption(parser):
@@ -191,15 +265,19 @@ class RowsWriter(GatePlugin):
             self.path.write_text(json.dumps([r.as_json() for r in self.rows.values()], indent=1) + "\n")
 
 
-def _interpreted_run(options: GateOptions):
-    """(exit code, rows) of the run of the Triton cases on CPU tensors in Triton's interpreter (a
-    second pytest process); None where this process already interprets (no GPU) or no chosen hot
-    path has Triton kernels."""
+def interprets_apart(options: GateOptions) -> bool:
+    """Whether the Triton cases on CPU tensors need their own TRITON_INTERPRET=1 process: a GPU
+    is visible (this process runs Triton compiled) and a chosen hot path has Triton kernels."""
     import torch
 
-    names = [n for n in (options.hotpaths or registry.HOTPATHS) if registry.get(n).triton]
-    if not names or os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
-        return None
+    names = options.hotpaths or registry.HOTPATHS
+    return (any(registry.get(n).triton for n in names) and os.environ.get("TRITON_INTERPRET") != "1"
+            and torch.cuda.is_available())
+
+
+def _interpreted_run(options: GateOptions):
+    """(exit code, rows) of the run of the Triton cases on CPU tensors in Triton's interpreter (a
+    second pytest process)."""
     with tempfile.TemporaryDirectory() as scratch:
         rows_file = Path(scratch) / "rows.json"
         cmd = [sys.executable, "-m", "pytest", *options.pytest_args(interpreted=True),
@@ -211,7 +289,7 @@ def _interpreted_run(options: GateOptions):
     return (code if rows else 2), rows
 
 
-def record(rows: list[Row], version: str, profile: str, path: Path) -> dict[str, bool]:
+def record(rows: list[Row], version: str, profile: str, path: Path, environment: dict | None = None) -> dict[str, bool]:
     """Update the validated file from this run's rows; returns hot path -> recorded."""
     import torch
 
@@ -229,7 +307,8 @@ def record(rows: list[Row], version: str, profile: str, path: Path) -> dict[str,
         entries = validated.setdefault(name, {})
         if held:
             entries[version] = {"profile": profile, "devices": sorted({r.device for r in ran}),
-                                "implementations": sorted({r.implementation for r in ran if r.check == "equivalence"})}
+                                "implementations": sorted({r.implementation for r in ran if r.check == "equivalence"}),
+                                **{k: (environment or {}).get(k) for k in ("date", "commit")}}
         else:
             entries.pop(version, None)
         verdicts[name] = held
@@ -255,52 +334,134 @@ def in_environment(version: str, options: GateOptions) -> int:
     return subprocess.run(cmd, cwd=root).returncode
 
 
+def environment(options: GateOptions, version: str | None) -> dict:
+    """What a report needs to be read later: when, on what code, with which versions."""
+    import platform
+
+    import hypothesis
+    import torch
+
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    try:
+        commit = subprocess.run(["git", "-C", str(options.root), "describe", "--always", "--dirty"],
+                                capture_output=True, text=True).stdout.strip() or None
+    except OSError:  # no git here
+        commit = None
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": commit, "python": platform.python_version(), "torch": torch.__version__,
+            "triton": triton_version, "hypothesis": hypothesis.__version__, "vllm": version,
+            "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
 def run(options: GateOptions, record_to: Path | None = None) -> int:
+    """The gate in this process (the caller has checked `options.problems()`)."""
     profile, report_dir, impls = options.profile, options.report_dir, options.impls
     version = vllm_env.installed_version()
-    print(f"vllm-hotpaths gate: profile {profile}, vLLM {version or 'not installed'}", flush=True)
+    if options.seed is None:
+        options.seed = random.SystemRandom().randrange(2**32)
+    print(f"vllm-hotpaths gate: profile {profile}, seed {options.seed}, vLLM {version or 'not installed'}",
+          flush=True)
     if options.require_vllm and version is None:
         print("gate: vLLM is not installed, so conformance cannot be checked (--require-vllm)")
         return 2
-    plugin = GatePlugin()
-    code = pytest.main(options.pytest_args(), plugins=[plugin])
-    interpreted = _interpreted_run(options)
-    if interpreted is not None:
-        child_code, child_rows = interpreted
-        code = code if child_code in (0, 5) else child_code
-        for result in child_rows:
-            key = tuple(result[k] for k in ("hotpath", "check", "device", "implementation"))
-            plugin.rows.setdefault(key, Row(*key)).merge(result)
+    started = time.monotonic()
+    plugin = GatePlugin(options.replay_command)
+    partial: list[str] = []
+    code = 2
+    try:
+        split = interprets_apart(options)
+        code = pytest.main(options.pytest_args(split=split), plugins=[plugin])
+        if split:
+            child_code, child_rows = _interpreted_run(options)
+            code = code if child_code in (0, 5) else child_code
+            if not child_rows:
+                partial.append("the interpreter run wrote no rows")
+            for result in child_rows:
+                key = tuple(result[k] for k in ("hotpath", "check", "device", "implementation"))
+                for failure in result["failures"]:
+                    failure["replay"] = "TRITON_INTERPRET=1 " + options.replay_command(failure["test"])
+                plugin.rows.setdefault(key, Row(*key)).merge(result)
+    except KeyboardInterrupt:
+        partial.append("interrupted")
+    if code == pytest.ExitCode.INTERRUPTED and "interrupted" not in partial:
+        partial.append("pytest stopped early (interrupted or a session error)")
+    partial += [f"collection error: {e}" for e in plugin.collection_errors]
     rows = sorted(plugin.rows.values(), key=lambda r: (r.hotpath, r.check, r.device, r.implementation))
     if not rows:
-        print("gate: no property ran")
-        return 2
-    report = {"vllm_version": version, "profile": profile, "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
+        partial.append("no property ran")
+    duration = time.monotonic() - started
+    failed = [r for r in rows if r.status == "fail"]
+    skipped = [r for r in rows if r.status == "skip"]
+    verdict = "FAIL" if failed or partial or code not in (0, 5) or (options.fail_on_skip and skipped) else "PASS"
+    report = {"vllm_version": version, "profile": profile, "seed": options.seed,
+              "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
+              "environment": environment(options, version), "duration_s": round(duration, 1),
+              "devices": sorted({r.device for r in rows if r.status != "skip"}),
+              "partial": bool(partial), "problems": partial, "verdict": verdict,
               "results": [r.as_json() for r in rows]}
-    report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "gate-report.json").write_text(json.dumps(report, indent=1) + "\n")
-    rendered = table(rows)
-    notes = [f"- {r.hotpath} {r.check} {r.device}: skipped ({'; '.join(sorted(set(r.reasons)))})"
-             for r in rows if r.status == "skip"]
-    excused = sorted({link for r in rows for link in r.excused})
-    md = ["# vllm-hotpaths gate", "", f"vLLM: {version or 'not installed'}; profile: {profile}", "",
-          rendered, ""] + notes + ([""] + [f"- expected divergence: {x}" for x in excused] if excused else [])
-    (report_dir / "gate-report.md").write_text("\n".join(md) + "\n")
-    print("\n" + rendered)
-    for line in notes:
+    write_reports(report, rows, report_dir)
+    print("\n" + table(rows))
+    for line in skip_lines(rows) + failure_lines(failed) + [f"- partial report: {p}" for p in partial]:
         print(line)
     print(f"\nreports: {report_dir / 'gate-report.json'}, {report_dir / 'gate-report.md'}")
     if record_to is not None:
-        if version is None or impls:
+        if version is None or impls or partial:
             print("gate: nothing recorded (" + ("no vLLM installed" if version is None else
-                                                "--impl candidates are not the shipped fast paths") + ")")
+                                                "--impl candidates are not the shipped fast paths" if impls
+                                                else "the run is partial") + ")")
         else:
-            for name, held in record(rows, version, profile, record_to).items():
+            for name, held in record(rows, version, profile, record_to, report["environment"]).items():
                 print(f"recorded: {name} {'validated' if held else 'NOT validated'} for vLLM {version} "
                       f"({record_to})")
-    failed = any(r.status == "fail" for r in rows)
-    skipped = [r for r in rows if r.status == "skip"]
     if options.fail_on_skip and skipped:
         print(f"gate: {len(skipped)} row(s) skipped (--fail-on-skip)")
-        return 1
-    return 1 if failed or code not in (0, 5) else 0
+    counts = {s: sum(r.status == s for r in rows) for s in ("pass", "expected-divergence", "fail", "skip")}
+    print(f"\n{verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+          + f" rows; {len(partial)} problem(s); {duration:.0f} s; seed {options.seed}")
+    return 0 if verdict == "PASS" else 1
+
+
+def skip_lines(rows: list[Row]) -> list[str]:
+    """Each skip reason once, with the rows it skipped."""
+    by_reason: dict[str, list[str]] = {}
+    for r in rows:
+        if r.status == "skip":
+            for reason in sorted(set(r.reasons)) or ["no reason given"]:
+                by_reason.setdefault(reason, []).append(f"{r.hotpath} {r.check} {r.device} {r.implementation}")
+    return [f"- skipped ({len(names)} rows: {', '.join(names)}): {reason}" for reason, names in by_reason.items()]
+
+
+def failure_lines(failed: list[Row]) -> list[str]:
+    lines = []
+    for r in failed:
+        for f in r.failures:
+            lines.append(f"- FAILED {f['test']}")
+            lines += [f"    {line}" for line in f["message"].splitlines()]
+            if f.get("fixture"):
+                lines.append(f"    fixture: {f['fixture']}")
+            lines.append(f"    replay: {f['replay']}")
+    return lines
+
+
+def write_reports(report: dict, rows: list[Row], report_dir: Path) -> None:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "gate-report.json").write_text(json.dumps(report, indent=1) + "\n")
+    env = report["environment"]
+    excused = sorted({link for r in rows for link in r.excused})
+    md = ["# vllm-hotpaths gate", "",
+          f"**{report['verdict']}**" + (" (partial report)" if report["partial"] else ""), "",
+          f"vLLM: {report['vllm_version'] or 'not installed'}; profile: {report['profile']}; "
+          f"seed: {report['seed']}; devices: {', '.join(report['devices']) or 'none'}; "
+          f"duration: {report['duration_s']:.0f} s  ",
+          f"{env['date']}, commit {env['commit']}; Python {env['python']}, torch {env['torch']}, "
+          f"Triton {env['triton']}, Hypothesis {env['hypothesis']}"
+          + (f"; {env['cuda_device']}" if env["cuda_device"] else ""), "",
+          f"Command: `{report['command']}`", "", table(rows), ""]
+    md += skip_lines(rows) + failure_lines([r for r in rows if r.status == "fail"])
+    md += [f"- partial report: {p}" for p in report["problems"]]
+    md += [f"- expected divergence: {x}" for x in excused]
+    (report_dir / "gate-report.md").write_text("\n".join(md) + "\n")

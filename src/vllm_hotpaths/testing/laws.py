@@ -58,11 +58,6 @@ class CaseLog:
     def excuse(self, entry) -> None:
         self.excused.add(entry.link)
 
-    @staticmethod
-    def tolerates(failure: AssertionError) -> bool:
-        """A drift check's judge for the stateful hot paths' machines (see `drift`)."""
-        return False
-
 
 def compare_plainly(case, compare: Callable[[], None]) -> bool:
     """The judge of the equivalence and patch laws: every difference fails. A judge returns True
