@@ -85,6 +85,7 @@ def test_bench_records_and_plot(run_cli, tmp_path):
     assert pages.returncode == 0, pages.stderr[-3000:]
     page = (tmp_path / "results" / "bench-bench.md").read_text()
     assert bench["command"] in page and f"{records[0]['ratio']:.2f}x" in page
+    assert " ms |" not in page  # CPU times only as ratios
 
 
 def test_unknown_candidate_is_a_clear_usage_error(run_cli):
@@ -117,13 +118,14 @@ def test_gate_record_keeps_only_hot_paths_whose_checks_all_held(tmp_path):
             row("d", "equivalence", "cpu", "pass")]
     import torch
 
-    verdicts = record(rows, "1.0.0", "ci", path)
+    verdicts = record(rows, "1.0.0", "ci", path, {"date": "2026-01-02T03:04:05+00:00", "commit": "abc1234"})
     on_gpu = torch.cuda.is_available()  # a cuda row skipped on a GPU machine does not validate
     assert verdicts == {"a": not on_gpu, "b": False, "c": False, "d": False}
     validated = json.loads(path.read_text())
     assert validated["b"] == {"0.9.0": {"profile": "gate"}}  # the failed version's entry is gone
     if not on_gpu:
-        assert validated["a"] == {"1.0.0": {"profile": "ci", "devices": ["cpu"], "implementations": ["fast"]}}
+        assert validated["a"] == {"1.0.0": {"profile": "ci", "devices": ["cpu"], "implementations": ["fast"],
+                                            "date": "2026-01-02T03:04:05+00:00", "commit": "abc1234"}}
 
 
 def test_gate_for_a_version_without_a_recipe_names_the_recipes(run_cli, tmp_path):

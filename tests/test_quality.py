@@ -99,9 +99,10 @@ def test_logits_copy_mutant_is_caught(mutant, run_cli, tmp_path):
         target, selected = f"properties/test_{caught_by}.py", "logits_copy and cpu"
     else:
         target, selected = "properties/test_logits_copy.py", f"{caught_by} and cpu"
+    profile = "quality" if mutant in logits_copy_mutants.NEED_MORE_EXAMPLES else "ci"
     result = run_cli(
         "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
-        "-k", selected, "--hypothesis-profile", "ci",
+        "-k", selected, "--hypothesis-profile", profile,
         "--impl", f"logits_copy@{logits_copy_mutants.version_of(mutant)}=properties.quality.logits_copy:{mutant}",
         "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
     )

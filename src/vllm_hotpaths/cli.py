@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from vllm_hotpaths import registry
+
+
+def own_version() -> str:
+    try:
+        return version("vllm-hotpaths")
+    except PackageNotFoundError:  # run from a source tree that pip has not installed
+        return "(not installed: run from a source tree)"
 
 
 def _gate(args) -> int:
@@ -122,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_hotpaths.testing.watchdog import DEFAULT_SECONDS
 
     parser = argparse.ArgumentParser(prog="vllm-hotpaths")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version('vllm-hotpaths')}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {own_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     defaults = argparse.ArgumentDefaultsHelpFormatter
     gate = sub.add_parser("gate", help="run every hot path's properties and conformance checks",

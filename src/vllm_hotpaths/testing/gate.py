@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -334,6 +335,10 @@ def in_environment(version: str, options: GateOptions) -> int:
     return subprocess.run(cmd, cwd=root).returncode
 
 
+def interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def environment(options: GateOptions, version: str | None) -> dict:
     """What a report needs to be read later: when, on what code, with which versions."""
     import platform
@@ -370,6 +375,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
         return 2
     started = time.monotonic()
     plugin = GatePlugin(options.replay_command)
+    signal.signal(signal.SIGTERM, interrupted)  # a cancelled CI job still gets its partial report
     partial: list[str] = []
     code = 2
     try:
@@ -385,9 +391,11 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
                 for failure in result["failures"]:
                     failure["replay"] = "TRITON_INTERPRET=1 " + options.replay_command(failure["test"])
                 plugin.rows.setdefault(key, Row(*key)).merge(result)
-    except KeyboardInterrupt:
-        partial.append("interrupted")
-    if code == pytest.ExitCode.INTERRUPTED and "interrupted" not in partial:
+    except KeyboardInterrupt as err:
+        partial.append(f"interrupted ({err})" if str(err) else "interrupted")
+    except Exception as err:  # pytest itself failed (e.g. while reporting an interruption)
+        partial.append(f"pytest stopped: {type(err).__name__}: {err}")
+    if code == pytest.ExitCode.INTERRUPTED and not partial:
         partial.append("pytest stopped early (interrupted or a session error)")
     partial += [f"collection error: {e}" for e in plugin.collection_errors]
     rows = sorted(plugin.rows.values(), key=lambda r: (r.hotpath, r.check, r.device, r.implementation))

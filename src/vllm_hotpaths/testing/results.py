@@ -10,14 +10,22 @@ from pathlib import Path
 
 
 def gate_page(report: dict, source: str) -> str:
+    env = report.get("environment", {})
     lines = ["# Gate report", "", f"Produced by: `{report.get('command', 'vllm-hotpaths gate')}`  ",
+             f"Verdict: {report.get('verdict', '?')}{' (partial)' if report.get('partial') else ''}; "
              f"vLLM: {report.get('vllm_version') or 'not installed'}; profile: {report['profile']}; "
-             f"from `{source}`", "",
+             f"seed: {report.get('seed')}; devices: {', '.join(report.get('devices', []))}  ",
+             f"{env.get('date')}, commit {env.get('commit')}; torch {env.get('torch')}, Triton {env.get('triton')}"
+             + (f"; {env['cuda_device']}" if env.get("cuda_device") else "") + f"; from `{source}`", "",
              "| hot path | check | device | implementation | status | examples |",
              "|---|---|---|---|---|---|"]
     for r in report["results"]:
         lines.append(f"| {r['hotpath']} | {r['check']} | {r['device']} | {r['implementation']} | "
                      f"{r['status']} | {r['examples']} |")
+    failures = [f for r in report["results"] for f in r.get("failures", [])]
+    if failures:
+        lines += ["", "Failures:", ""] + [f"- `{f['test']}`: {f['message'].splitlines()[0] if f['message'] else ''}"
+                                          for f in failures]
     excused = sorted({link for r in report["results"] for link in r["excused"]})
     if excused:
         lines += ["", "Expected divergences (ledger entries met):", ""] + [f"- {link}" for link in excused]
@@ -25,28 +33,36 @@ def gate_page(report: dict, source: str) -> str:
 
 
 def bench_page(bench: dict, source: str) -> str:
+    """Ratios for every row; absolute times only for the GPU's rows (a CPU's depend on its load)."""
     device = bench.get("cuda_device")
     lines = ["# Benchmarks", "", f"Produced by: `{bench.get('command', 'vllm-hotpaths bench')}`  ",
              "Devices: cpu" + (f", cuda ({device})" if device else "") + f"; from `{source}`. Times are "
-             "medians measured side by side in one run; the ratio is baseline / fast.", "",
+             "medians measured side by side in one run; the ratio is baseline / fast, and the case "
+             "names the baseline. Absolute times are given for the GPU only.", "",
              "| hot path | device | size | case | baseline | fast | ratio |", "|---|---|---|---|---|---|---|"]
     for r in bench["records"]:
         size = " ".join(f"{k}={v}" for k, v in r["size"].items())
-        lines.append(f"| {r['hotpath']} | {r['device']} | {size} | {r['case']} | "
-                     f"{r['reference_s'] * 1e3:.3f} ms | {r['fast_s'] * 1e3:.3f} ms | {r['ratio']:.2f}x |")
+        times = (f"{r['reference_s'] * 1e3:.3f} ms | {r['fast_s'] * 1e3:.3f} ms" if r["device"] == "cuda"
+                 else "- | -")
+        lines.append(f"| {r['hotpath']} | {r['device']} | {size} | {r['case']} | {times} | {r['ratio']:.2f}x |")
     return "\n".join(lines) + "\n"
 
 
+def page_name(path: Path, prefix: str) -> str:
+    stem = Path(path).stem
+    return f"{stem if stem.startswith(prefix) else prefix + stem}.md"
+
+
 def write(gate_reports: list[Path], benches: list[Path], out: Path) -> list[Path]:
-    """One page per input file, named after it; returns the pages written."""
+    """One page per input file, named after it (`gate-`/`bench-` prefixed); returns the pages."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in gate_reports:
-        page = out / f"gate-{Path(path).parent.name or 'report'}.md"
+        page = out / page_name(path, "gate-")
         page.write_text(gate_page(json.loads(Path(path).read_text()), Path(path).name))
         written.append(page)
     for path in benches:
-        page = out / f"bench-{Path(path).stem}.md"
+        page = out / page_name(path, "bench-")
         page.write_text(bench_page(json.loads(Path(path).read_text()), Path(path).name))
         written.append(page)
     return written
