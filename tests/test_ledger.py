@@ -64,8 +64,9 @@ def test_drift_names_only_matching_changes():
     from vllm_hotpaths.testing.cases.swap_states import SwapProgram
     from vllm_hotpaths.testing.ledger import explain_drift, older_reference_version
 
-    assert older_reference_version("swap_states", "0.33.0") == "0.16.0"
-    assert older_reference_version("swap_states", "0.22.0") is None
+    assert older_reference_version("swap_states", "0.33.0") == "0.22.0"
+    assert older_reference_version("swap_states", "0.22.0") == "0.16.0"
+    assert older_reference_version("swap_states", "0.16.0") is None
     assert older_reference_version("think_budget", "0.33.1") == "0.22.0"
     condensed = SwapProgram(2, 9, 2, (1,), False, (("add", 0, 0, 9, 0, 0, 0, 1, False, 0, 0, 0),
                                                     ("remove", 0), ("condense",)))
@@ -73,6 +74,11 @@ def test_drift_names_only_matching_changes():
     assert links(explain_drift("swap_states", "0.33.0", condensed, "num_blocks_per_row: ...")) == {"49757"}
     assert links(explain_drift("swap_states", "0.33.0", condensed, "allowed-token mask ...")) == {"43894"}
     assert explain_drift("swap_states", "0.22.0", condensed, "num_blocks_per_row") == []  # before the change
+    swapped = SwapProgram(2, 9, 2, (1,), False, (("add", 0, 0, 9, 0, 0, 0, 1, False, 0, 0, 0),
+                                                  ("add", 1, 0, 1, 0, 0, 0, 1, False, 0, 0, 0), ("swap", 0, 1)))
+    assert links(explain_drift("swap_states", "0.22.0", swapped, "token_ids_cpu: first at [1, 5]")) == {"34733"}
+    assert explain_drift("swap_states", "0.16.0", swapped, "token_ids_cpu: first at [1, 5]") == []
+    assert explain_drift("swap_states", "0.22.0", condensed, "token_ids_cpu: first at [0, 5]") == []  # no swap
 
 
 def test_fixed_in_ends_the_range(monkeypatch):

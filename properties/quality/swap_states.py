@@ -8,8 +8,9 @@ requires a failure with a written fixture.
 from __future__ import annotations
 
 from vllm_hotpaths.swap_states import InvalidRow, active_count, check_swap_rows
-from vllm_hotpaths.swap_states.fast import ActivePrefixSwap, ActivePrefixSwap033
-from vllm_hotpaths.swap_states.reference import FullRowSwap
+from vllm_hotpaths.swap_states import fast
+from vllm_hotpaths.swap_states.fast import MemmoveSwap, MemmoveSwap022, MemmoveSwap033
+from vllm_hotpaths.swap_states.reference import FullRowSwap, MaxPrefixSwap
 
 
 class FirstRowLength(FullRowSwap):
@@ -96,17 +97,51 @@ class KeepsTrailingEntries(FullRowSwap):
             rows.extend([None] * (len(before) - len(rows)))
 
 
-class StaleViews(ActivePrefixSwap):
+class StaleViews(MemmoveSwap):
     """The fast version, with its views never rebuilt: a mask allocated later is never swapped."""
 
+    def __init__(self, moves):
+        super().__init__(moves)
+        self.kept = {}
+
     def _views_of(self, batch):
-        views = batch.__dict__.get("_stale_views")
-        if views is None:
-            views = batch.__dict__["_stale_views"] = ActivePrefixSwap._views_of(batch)
+        if id(batch) not in self.kept:
+            self.kept[id(batch)] = (batch, fast.views_of(batch))
+        return self.kept[id(batch)][1]
+
+
+class ViewsOnTheBatch(MemmoveSwap022):
+    """The fast version keeping its views on the batch itself, as it once did: the batch gains an
+    attribute that vLLM's own InputBatch has not (its test compares attribute by attribute)."""
+
+    def _views_of(self, batch):
+        views = batch.__dict__.get("_vllm_hotpaths_views")
+        if views is None or not views.current(batch):
+            views = batch.__dict__["_vllm_hotpaths_views"] = fast.views_of(batch)
         return views
 
 
-class NoVacatedBlockClear033(ActivePrefixSwap033):
+class ActivePrefixOnly(MemmoveSwap022):
+    """The fast version as it once was: each row takes only the other's active prefix, so the
+    longer row keeps its own tokens past the shorter one's length (0.22 exchanges both)."""
+
+    def _swapped_columns(self, views, n1, n2):
+        return min(n1, n2)
+
+
+class BlockPrefixOnly(MaxPrefixSwap):
+    """Swaps only each row's first `num_blocks_per_row` block ids, not whole block-table rows."""
+
+    def swap_states(self, batch, i1, i2):
+        groups = [(g.block_table.np.copy(), g.num_blocks_per_row.copy()) for g in batch.block_table.block_tables]
+        super().swap_states(batch, i1, i2)
+        for g, (rows, counts) in zip(batch.block_table.block_tables, groups):
+            g.block_table.np[[i1, i2]] = rows[[i1, i2]]  # back to before, then the prefixes only
+            g.block_table.np[i1, :counts[i2]] = rows[i2, :counts[i2]]
+            g.block_table.np[i2, :counts[i1]] = rows[i1, :counts[i1]]
+
+
+class NoVacatedBlockClear033(MemmoveSwap033):
     """0.33's fast version without clearing the block-table row condense vacates."""
 
     CLEARS_VACATED_BLOCKS = False
@@ -124,5 +159,8 @@ MUTANTS = {
     "OneSidedDictsStay": ("0.16.0", "equivalence"),
     "KeepsTrailingEntries": ("0.16.0", "equivalence"),
     "StaleViews": ("0.16.0", "equivalence"),
+    "ViewsOnTheBatch": ("0.22.0", "equivalence"),
+    "ActivePrefixOnly": ("0.22.0", "equivalence"),
+    "BlockPrefixOnly": ("0.22.0", "equivalence"),
     "NoVacatedBlockClear033": ("0.33.0", "equivalence"),
 }

@@ -1,25 +1,25 @@
-"""Fast `swap_states` and `condense`: active prefixes only, and few numpy calls.
+"""Fast `swap_states` and `condense`: the same bytes as the version's own, in few numpy calls.
 
-What is copied, and why it is enough:
-- A swap moves row i1's active prefix `[0, A1)` into row i2 and row i2's `[0, A2)` into row i1
-  (vLLM 0.22 copies `[0, max(A1, A2))` of both, 0.16 whole rows). Columns past a row's active
-  prefix have no meaning: nothing reads them before they are written again.
-- Block-table rows likewise: each row's first `num_blocks_per_row` ids (vLLM swaps whole rows,
-  but its own condense moves only that many, so nothing can rely on the rest).
-- Everything else is moved exactly: every per-row scalar, dict entry and list object, and the
-  recorded moves.
+Each class writes exactly the array regions its vLLM version writes, so whole arrays come out
+bit-identical to upstream's (what vLLM's own `test_swap_states_in_input_batch` compares): a
+swap exchanges whole token rows (0.16.0) or their first `max(A1, A2)` columns (0.22.0, 0.33.0),
+whole block-table rows and allowed-mask rows; condense copies a row's active prefix and its
+first `num_blocks_per_row` block ids. Every per-row scalar, dict entry and list object moves
+exactly, and the moves are recorded.
 
 Where the time goes: vLLM spends most of a swap on numpy call overhead (fancy indexing of
 `is_token_ids` and the block table, a numpy scalar per field) rather than on bytes. Here the row
 data moves through flat byte views (`memoryview` slices are plain memmoves) and the per-row
 scalars through integer views of the same bytes, so float fields keep their exact bit patterns.
-The views are built once per batch, kept in the batch's `__dict__`, and rebuilt when any of its
-arrays is replaced. Condense moves the scalars and mask rows of all its moves with one
-fancy-indexed copy per array.
+The views are built once per batch and rebuilt when any of its arrays is replaced; they are kept
+in this module, keyed by the batch and dropped with it, never on the batch itself (vLLM's tests
+compare batches attribute by attribute). Condense moves the scalars and mask rows of all its
+moves with one fancy-indexed copy per array.
 """
 
 from __future__ import annotations
 
+import weakref
 from operator import attrgetter, is_
 
 import numpy as np
@@ -42,14 +42,13 @@ class _RowTable:
         self.row_bytes, self.item = array.strides[0], array.itemsize
         self.scratch = memoryview(bytearray(self.row_bytes))  # one row, reused by every swap
 
-    def swap_prefixes(self, i1: int, n1: int, i2: int, n2: int) -> None:
-        """Row i1 gets row i2's first n2 items and row i2 row i1's first n1 items."""
-        b, scratch = self.bytes, self.scratch
-        k1, k2 = n1 * self.item, n2 * self.item
+    def swap_prefixes(self, i1: int, i2: int, n: int) -> None:
+        """Rows i1 and i2 exchange their first n items."""
+        b, scratch, k = self.bytes, self.scratch, n * self.item
         s1, s2 = i1 * self.row_bytes, i2 * self.row_bytes
-        scratch[:k1] = b[s1:s1 + k1]
-        b[s1:s1 + k2] = b[s2:s2 + k2]
-        b[s2:s2 + k1] = scratch[:k1]
+        scratch[:k] = b[s1:s1 + k]
+        b[s1:s1 + k] = b[s2:s2 + k]
+        b[s2:s2 + k] = scratch[:k]
 
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
         b, s, d = self.bytes, src * self.row_bytes, dst * self.row_bytes
@@ -80,9 +79,12 @@ class _Views:
         self.sampling = [_items(a) for a in self.arrays[count:count + len(SAMPLING_ARRAYS)]]
         self.tokens = _RowTable(batch.token_ids_cpu)
         self.is_token = _RowTable(batch.is_token_ids)
-        self.blocks = [(_RowTable(g.block_table.np), _items(g.num_blocks_per_row)) for g in self.groups]
+        self.width = batch.token_ids_cpu.shape[1]
+        self.blocks = [(_RowTable(g.block_table.np), _items(g.num_blocks_per_row), g.block_table.np.shape[1])
+                       for g in self.groups]
         self.mask = None if self.mask_tensor is None else _RowTable(self.mask_tensor.numpy())
         self.mask_width = None if self.mask_tensor is None else self.mask_tensor.shape[1]
+        self.batch = None  # a weak reference to the batch, set by `views_of`
 
     def current(self, batch) -> bool:
         """Still the batch's arrays? vLLM allocates them once (the allowed mask on first use) and
@@ -92,26 +94,36 @@ class _Views:
                 and all(map(is_, _ARRAYS(batch), self.arrays)))
 
 
-_VIEWS = "_vllm_hotpaths_views"
 _ARRAYS = attrgetter(*COUNT_ARRAYS, *SAMPLING_ARRAYS, "token_ids_cpu", "is_token_ids")
+_VIEWS: dict[int, _Views] = {}  # id(batch) -> its views; an entry goes when its batch is collected
 
 
-class ActivePrefixSwap:
+def views_of(batch) -> _Views:
+    """The batch's current views (shared by every implementation here)."""
+    key = id(batch)
+    views = _VIEWS.get(key)
+    if views is None or views.batch() is not batch or not views.current(batch):
+        views = _Views(batch)
+        views.batch = weakref.ref(batch, lambda _, key=key: _VIEWS.pop(key, None))
+        _VIEWS[key] = views
+    return views
+
+
+class MemmoveSwap:
     """`factory(moves)`, like the reference: `moves.SWAP` / `moves.UNIDIRECTIONAL` are recorded.
-    Matches vLLM 0.16.0's reference; `ActivePrefixSwap033` matches 0.33.0's."""
+    vLLM 0.16.0's semantics; `MemmoveSwap022` and `MemmoveSwap033` those of 0.22.0 and 0.33.0."""
 
     CLEARS_VACATED_BLOCKS = False
 
     def __init__(self, moves) -> None:
         self.moves = moves
 
-    @staticmethod
-    def _views_of(batch) -> _Views:
-        """The batch's views, kept on the batch itself (any implementation may reuse them)."""
-        views = batch.__dict__.get(_VIEWS)
-        if views is None or not views.current(batch):
-            views = batch.__dict__[_VIEWS] = _Views(batch)
-        return views
+    def _views_of(self, batch) -> _Views:
+        return views_of(batch)
+
+    def _swapped_columns(self, views: _Views, n1: int, n2: int) -> int:
+        """Leading token columns a swap exchanges, given the rows' active counts: 0.16 whole rows."""
+        return views.width
 
     def swap_states(self, batch, i1: int, i2: int) -> None:
         ids = batch._req_ids
@@ -129,12 +141,12 @@ class ActivePrefixSwap:
         id_map[ids[i1]], id_map[ids[i2]] = i1, i2
         for items in views.counts:
             items[i1], items[i2] = items[i2], items[i1]
-        views.tokens.swap_prefixes(i1, n1, i2, n2)
-        views.is_token.swap_prefixes(i1, n1, i2, n2)
-        for rows, counts in views.blocks:
-            b1, b2 = counts[i1], counts[i2]
-            counts[i1], counts[i2] = b2, b1
-            rows.swap_prefixes(i1, b1, i2, b2)
+        columns = self._swapped_columns(views, n1, n2)
+        views.tokens.swap_prefixes(i1, i2, columns)
+        views.is_token.swap_prefixes(i1, i2, columns)
+        for rows, counts, width in views.blocks:
+            counts[i1], counts[i2] = counts[i2], counts[i1]
+            rows.swap_prefixes(i1, i2, width)
         embeds = batch.req_prompt_embeds
         if embeds and (i1 in embeds or i2 in embeds):
             swap_dict_values(embeds, i1, i2)
@@ -147,7 +159,7 @@ class ActivePrefixSwap:
             if table and (i1 in table or i2 in table):
                 swap_dict_values(table, i1, i2)
         if views.mask is not None:
-            views.mask.swap_prefixes(i1, views.mask_width, i2, views.mask_width)
+            views.mask.swap_prefixes(i1, i2, views.mask_width)
 
     def condense(self, batch) -> None:
         builder = batch.batch_update_builder
@@ -177,7 +189,7 @@ class ActivePrefixSwap:
             spec[src].clear()
             if src in embeds:
                 embeds[dst] = embeds.pop(src)
-            for rows, counts in views.blocks:
+            for rows, counts, _ in views.blocks:
                 rows.copy_prefix(src, dst, int(counts[src]))
                 if self.CLEARS_VACATED_BLOCKS:
                     rows.zero_prefix(src, int(counts[src]))
@@ -212,7 +224,14 @@ class ActivePrefixSwap:
             mask[srcs] = False  # vacated rows must not hand a mask to their next request
 
 
-class ActivePrefixSwap033(ActivePrefixSwap):
-    """vLLM 0.33.0's semantics: condense also zeroes the block-table row it vacates."""
+class MemmoveSwap022(MemmoveSwap):
+    """vLLM 0.22.0's semantics: token rows exchange their first `max(A1, A2)` columns."""
+
+    def _swapped_columns(self, views: _Views, n1: int, n2: int) -> int:
+        return max(n1, n2)
+
+
+class MemmoveSwap033(MemmoveSwap022):
+    """vLLM 0.33.0's semantics: as 0.22.0, and condense zeroes the block-table row it vacates."""
 
     CLEARS_VACATED_BLOCKS = True

@@ -1,7 +1,8 @@
-"""Installs the active-prefix `swap_states` / `condense` into vLLM's `InputBatch`.
+"""Installs the fast `swap_states` / `condense` into vLLM's `InputBatch`.
 
 The implementation is the fast variant whose reference the installed vLLM is checked against
-(0.22.x: `active-prefix@0.16.0`, whose semantics 0.22 kept; 0.33.x: `active-prefix@0.33.0`).
+(0.22.x: `memmove@0.22.0`; 0.33.x: `memmove@0.33.0`): it writes what upstream writes, whole
+arrays bit for bit, and keeps nothing on the batch.
 A batch the fast path does not support (0.33's ReplaySSM state) goes to upstream's methods, as
 does every call whose rows upstream would accept but the fast path refuses (it refuses before
 moving anything), so the patched batch never fails where upstream would not.

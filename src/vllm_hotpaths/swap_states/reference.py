@@ -1,8 +1,10 @@
-"""Frozen references: vLLM 0.16.0's `swap_states` and `condense`, with the allowed-token mask
-moved as intended, and vLLM 0.33.0's.
+"""Frozen references: vLLM 0.16.0's, 0.22.0's and 0.33.0's `swap_states` and `condense`, with the
+allowed-token mask moved as intended.
 
-0.16.0 swaps whole `max_model_len` rows of `token_ids_cpu` and `is_token_ids` (0.22.0 swaps only
-`[0, max(A1, A2))`; both agree on every active prefix). Two upstream bugs are not reproduced:
+They write exactly the array regions the version writes, so whole arrays agree with it: 0.16.0
+swaps whole `max_model_len` rows of `token_ids_cpu` and `is_token_ids`; 0.22.0 and 0.33.0 swap
+columns `[0, max(A1, A2))` only, with A a row's active count taken before the swap. Block-table
+rows are swapped whole and moved by their first `num_blocks_per_row` ids. Two upstream bugs are not reproduced:
 0.16/0.22 swap the allowed-token mask rows by assigning row views to each other, so both rows end
 up with the second row's mask (vLLM PR #48419), and condense leaves the moved request's mask in
 the vacated row, where the next request without allowed ids inherits it (vLLM issue #43894).
@@ -55,11 +57,16 @@ class FullRowSwap:
             mask[i1] = mask[i2]
             mask[i2] = saved
 
+    def _swapped_columns(self, batch, i1: int, i2: int) -> int:
+        """How many leading columns of the two token rows a swap exchanges: 0.16 whole rows."""
+        return batch.token_ids_cpu.shape[1]
+
     def _swap_token_rows(self, batch, i1: int, i2: int) -> None:
-        for table in (batch.token_ids_cpu, batch.is_token_ids):  # whole rows, as 0.16 does
-            saved = table[i1].copy()
-            table[i1] = table[i2]
-            table[i2] = saved
+        n = self._swapped_columns(batch, i1, i2)
+        for table in (batch.token_ids_cpu, batch.is_token_ids):
+            saved = table[i1, :n].copy()
+            table[i1, :n] = table[i2, :n]
+            table[i2, :n] = saved
 
     def _moved_count(self, batch, row: int) -> int:
         """Columns condense copies: the active prefix, drafts included."""
@@ -134,8 +141,16 @@ def _swap_items(array, i1: int, i2: int) -> None:
     array[i1], array[i2] = array[i2], array[i1]
 
 
-class FullRowSwap033(FullRowSwap):
-    """vLLM 0.33.0: as above (0.33 fixed both mask bugs), and condense zeroes the block-table row
+class MaxPrefixSwap(FullRowSwap):
+    """vLLM 0.22.0: token rows swapped over `[0, max(A1, A2))` (vLLM PR #34733). The maximum is the
+    same before and after the per-row counts are exchanged."""
+
+    def _swapped_columns(self, batch, i1: int, i2: int) -> int:
+        return max(active_count(batch, i1), active_count(batch, i2))
+
+
+class MaxPrefixSwap033(MaxPrefixSwap):
+    """vLLM 0.33.0: as 0.22.0 (0.33 fixed both mask bugs), and condense zeroes the block-table row
     it vacates (upstream: dummy-run batches read stale rows as Mamba state slots)."""
 
     CLEARS_VACATED_BLOCKS = True

@@ -65,6 +65,13 @@ LEDGER: list[KnownDivergence] = [
                 "request without allowed ids added there inherits it",
         affects=lambda case: getattr(case, "unmasked_add_to_stale_row", False),
     ),
+    KnownDivergence(
+        hotpath="swap_states", first_version="0.22.0", last_version=None, required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/34733",
+        summary="swap_states exchanges the token rows' first max(A1, A2) columns, no longer whole "
+                "max_model_len rows: columns past the longer active prefix stay with their row",
+        affects=lambda case: bool(_ops(case, "swap")), shows="token_ids_cpu|is_token_ids",
+    ),
 ]
 
 

@@ -5,6 +5,7 @@ max_model_len 32,768 (and 4,096 / 131,072 to show what grows with it); then cond
 removing a random half of the rows. Timed side by side in one run: the frozen 0.16.0 reference
 (whole rows) and the fast version on the standalone batch; the installed vLLM's own
 `InputBatch.swap_states` / `condense` and the fast version on that same kind of `InputBatch`.
+The fast version writes what each version writes (whole arrays bit for bit).
 Host-side work: it runs on the CPU whatever device is asked for (records only for "cpu").
 """
 
@@ -116,6 +117,6 @@ def run(device: str = "cpu", quick: bool = False) -> list[dict]:
 
 
 def _record(what: str, label: str, length: int, base_s: float, fast_s: float) -> dict:
-    return {"hotpath": "swap_states", "case": f"{what}: {label} vs active-prefix",
+    return {"hotpath": "swap_states", "case": f"{what}: {label} vs memmove",
             "size": {"B": BATCH, "L": length}, "device": "cpu",
             "reference_s": base_s, "fast_s": fast_s, "ratio": base_s / fast_s}

@@ -1,19 +1,22 @@
 """When two batches hold the same requests in the same rows: the swap_states oracle.
 
-Compared exactly, after every operation:
+Compared exactly, after every operation, whole arrays as vLLM's own
+`test_swap_states_in_input_batch` compares them:
 - the row -> request list (holes included, and its length) and the id -> row map;
-- per live row: the active prefix of `is_token_ids`, and of `token_ids_cpu` where
-  `is_token_ids` is set (a prompt given as embeddings leaves its token ids unwritten);
-- per live row: every per-row scalar by bit pattern; its output and draft list *objects* (each
-  batch must still hold the very list it was given or created for that request) and their
-  contents; prompt embeddings, generator and bad words by identity; allowed-token mask rows;
-- per row, with or without a request: `num_blocks_per_row` and that many block ids of the
-  block-table row (upstream's own condense moves no more of a row, so nothing can rely on the
-  rest belonging to the request; what rows without a request claim matters: 0.33 empties a row
-  condense vacates because padded CUDA-graph batches read such rows);
-- the recorded moves and the rows still listed as removed.
-Not compared: anything past a row's active prefix or its block count, and the other fields of
-rows without a request.
+- `token_ids_cpu` and `is_token_ids`, every row and column (what lies past a row's active prefix
+  too: each version's swap writes its own region, and a fast path must write the same one);
+- every per-row scalar array by bit pattern: the counts over every row; the sampling values
+  over the rows that ever held a request (vLLM allocates them uninitialized);
+- per live row: its output and draft list *objects* (each batch must still hold the very list it
+  was given or created for that request) and their contents; prompt embeddings, generator and
+  bad words by identity;
+- every block-table row and `num_blocks_per_row`, in every KV-cache group;
+- the allowed-token mask: every row between implementations of one reference; the live rows
+  against vLLM, whose condense before 0.33 leaves a mask in the row it vacates (issue #43894:
+  the ledger names what that does to the next request added there);
+- the recorded moves and the rows still listed as removed;
+- between two batches of one class, the attribute names (vLLM's test compares every attribute:
+  an implementation must keep nothing of its own on the batch).
 """
 
 from __future__ import annotations
@@ -35,10 +38,13 @@ class Lists:
 
     outputs: dict[str, list] = field(default_factory=dict)
     drafts: dict[str, list] = field(default_factory=dict)
+    rows_used: int = 0  # rows below this have held a request: their sampling values are written
 
     def record_add(self, batch, req_id: str, output: list) -> None:
         self.outputs[req_id] = output
-        self.drafts[req_id] = batch.spec_token_ids[batch.req_id_to_index[req_id]]
+        row = batch.req_id_to_index[req_id]
+        self.drafts[req_id] = batch.spec_token_ids[row]
+        self.rows_used = max(self.rows_used, row + 1)
 
 
 def live_rows(batch) -> list[int]:
@@ -49,12 +55,31 @@ def _bits(values: np.ndarray) -> np.ndarray:
     return values.view(f"u{values.itemsize}") if values.dtype.kind == "f" else values
 
 
-def differences(expected, actual, lists_expected: Lists, lists_actual: Lists) -> dict[str, str]:
-    """Field -> first difference found; empty when the batches agree under the oracle."""
+def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
+    where = tuple(int(i) for i in np.argwhere(_bits(got) != _bits(want))[0])
+    return f"first at {list(where)}: {got[where]}, expected {want[where]}"
+
+
+def _same_width(got: np.ndarray, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Block tables of two widths (vLLM sizes its rows from more than `max_model_len`): the
+    common columns, each side's extra columns appended as zeros on the other, so ids written
+    past the narrower width show as a difference."""
+    width = max(got.shape[1], want.shape[1])
+    pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))  # noqa: E731
+    return pad(got), pad(want)
+
+
+def differences(expected, actual, lists_expected: Lists, lists_actual: Lists,
+                whole_mask: bool = True) -> dict[str, str]:
+    """Field -> first difference found; empty when the batches agree under the oracle
+    (`whole_mask=False`: the allowed-token mask of live rows only)."""
     found: dict[str, str] = {}
     if list(actual._req_ids) != list(expected._req_ids):
         found["rows"] = f"requests by row {actual._req_ids}, expected {expected._req_ids}"
         return found  # every other field is per row: nothing more to say
+    if type(actual) is type(expected) and sorted(vars(actual)) != sorted(vars(expected)):
+        extra = sorted(set(vars(actual)) ^ set(vars(expected)))
+        found["attributes"] = f"attribute names differ: {extra}"
     if actual.req_id_to_index != expected.req_id_to_index:
         found["req_id_to_index"] = f"{actual.req_id_to_index}, expected {expected.req_id_to_index}"
     rows = live_rows(expected)
@@ -73,21 +98,15 @@ def differences(expected, actual, lists_expected: Lists, lists_actual: Lists) ->
         if list(actual.spec_token_ids[r]) != list(expected.spec_token_ids[r]):
             found.setdefault("spec_token_ids", f"row {r}: {actual.spec_token_ids[r]}, expected "
                                                f"{expected.spec_token_ids[r]}")
-        n = active_count(expected, r)
-        is_token = expected.is_token_ids[r, :n]
-        for name in ("is_token_ids", "token_ids_cpu"):
-            got, want = getattr(actual, name)[r, :n], getattr(expected, name)[r, :n]
-            if name == "token_ids_cpu":  # embedding positions carry no token id
-                got, want = np.where(is_token, got, 0), np.where(is_token, want, 0)
-            if not np.array_equal(got, want):
-                col = int(np.flatnonzero(got != want)[0])
-                found.setdefault(name, f"row {r} ({req_id}) active prefix [0, {n}) differs first at "
-                                       f"column {col}: {got[col]}, expected {want[col]}")
-    names = COUNT_ARRAYS + (() if expected.is_pooling_model else SAMPLING_ARRAYS)
-    for name in names:
-        got, want = _bits(getattr(actual, name)[rows]), _bits(getattr(expected, name)[rows])
-        if not np.array_equal(got, want):
-            found[name] = f"rows {rows}: {getattr(actual, name)[rows]}, expected {getattr(expected, name)[rows]}"
+    used = max(lists_expected.rows_used, lists_actual.rows_used)
+    whole = ("token_ids_cpu", "is_token_ids") + COUNT_ARRAYS
+    written = () if expected.is_pooling_model else SAMPLING_ARRAYS
+    for name in whole + written:
+        got, want = getattr(actual, name), getattr(expected, name)
+        if name in written:
+            got, want = got[:used], want[:used]
+        if not np.array_equal(_bits(got), _bits(want)):
+            found[name] = _first_difference(got, want)
     dict_names = ("req_prompt_embeds",) + (() if expected.is_pooling_model else SAMPLING_DICTS)
     for name in dict_names:
         got, want = getattr(actual, name), getattr(expected, name)
@@ -97,20 +116,17 @@ def differences(expected, actual, lists_expected: Lists, lists_actual: Lists) ->
                                        f"({'none' if got.get(r) is None else 'one'}, expected "
                                        f"{'none' if want.get(r) is None else 'one'})")
     for g, (group_a, group_e) in enumerate(zip(actual.block_table.block_tables, expected.block_table.block_tables)):
-        counts_a, counts_e = group_a.num_blocks_per_row, group_e.num_blocks_per_row
-        if not np.array_equal(counts_a, counts_e):  # every row: a row without a request claims none
-            found["num_blocks_per_row"] = f"group {g}: {counts_a}, expected {counts_e}"
-            continue
-        bad = [r for r, n in enumerate(counts_e.tolist())
-               if not np.array_equal(group_a.block_table.np[r, :n], group_e.block_table.np[r, :n])]
-        if bad:
-            found["block_table"] = f"group {g}: rows {bad} differ in their first num_blocks_per_row ids"
+        for name, got, want in (("num_blocks_per_row", group_a.num_blocks_per_row, group_e.num_blocks_per_row),
+                                ("block_table", *_same_width(group_a.block_table.np, group_e.block_table.np))):
+            if not np.array_equal(got, want):
+                found.setdefault(name, f"group {g}: {_first_difference(got, want)}")
     if not expected.is_pooling_model:
         mask_a, mask_e = actual.allowed_token_ids_mask_cpu_tensor, expected.allowed_token_ids_mask_cpu_tensor
         if (mask_a is None) != (mask_e is None):
             found[MASK] = f"allocated: {mask_a is not None}, expected {mask_e is not None}"
         elif mask_e is not None:
-            bad = [r for r in rows if not torch.equal(mask_a[r], mask_e[r])]
+            compared = range(mask_e.shape[0]) if whole_mask else rows
+            bad = [r for r in compared if not torch.equal(mask_a[r], mask_e[r])]
             if bad:
                 found[MASK] = f"rows {bad} differ"
     moves_a = [(i, j, getattr(d, "name", d)) for i, j, d in actual.batch_update_builder.moved]

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# vLLM's own unit tests for the functions the plugin patches, run on the installed vLLM without
+# the plugin, with it (as vLLM loads it: VLLM_HOTPATHS and the validated records decide), and
+# with every patch forced in. Every test that passes without the plugin must pass in both other
+# runs; the comparison (vllm_hotpaths.testing.upstream_tests) prints counts, grouped skip
+# reasons and each test lost, and sets the exit status.
+#
+#   with network:  bash ci/gpu/vllm-unit-tests.sh fetch [VERSION]   (default: the installed vLLM)
+#                  -> carry/vllm-tests/<VERSION>: the test files from vLLM's source distribution
+#   with vLLM:     bash ci/gpu/vllm-unit-tests.sh run [VERSION]
+#                  -> $OUT (default vllm-unit-tests/): per run a log and a JUnit report per file
+#
+# The files: tests/v1/sample/test_sampler.py, test_rejection_sampler.py,
+# tests/v1/worker/test_gpu_input_batch.py, tests/v1/logits_processors/test_correctness.py and the
+# helpers they import. vLLM's tests/conftest.py and tests/utils.py import packages a runner
+# without vLLM's test extras lacks (transformers, openai, ...): an empty conftest and
+# ci/gpu/vllm-tests-shim/utils.py (forks per test, as vLLM's helper does) stand in for them.
+# VLLM_USE_FLASHINFER_SAMPLER=0 as in vLLM's CI for these files. On a machine without CUDA the
+# tests whose device list is empty are not collected: the counts say how many ran.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+FILES=(tests/v1/sample/test_sampler.py tests/v1/sample/test_rejection_sampler.py
+       tests/v1/worker/test_gpu_input_batch.py tests/v1/logits_processors/test_correctness.py
+       tests/v1/sample/utils.py tests/v1/logits_processors/utils.py)
+PYTHON=${PYTHON:-python3}
+installed() { "$PYTHON" -c "import vllm; print(vllm.__version__)" 2>/dev/null; }
+
+fetch() {
+  local version=${1:-$(installed)} work src
+  : "${version:?name the vLLM version (none is installed)}"
+  work=$(mktemp -d)
+  # vLLM's sdist cannot be built here; pip leaves it unpacked in its temporary folder.
+  TMPDIR=$work "$PYTHON" -m pip download -q --no-deps --no-binary :all: --no-clean "vllm==$version" \
+    -d "$work/dl" >/dev/null 2>&1
+  src=$(ls -d "$work"/pip-*/vllm_*/ 2>/dev/null | head -1)
+  [ -n "$src" ] && [ -f "$src/tests/v1/sample/test_sampler.py" ] || {
+    echo "fetch: vLLM $version's source distribution did not unpack under $work" >&2; exit 2; }
+  rm -rf "carry/vllm-tests/$version" && mkdir -p "carry/vllm-tests/$version"
+  for f in "${FILES[@]}"; do
+    mkdir -p "carry/vllm-tests/$version/$(dirname "$f")" && cp "$src/$f" "carry/vllm-tests/$version/$f"
+  done
+  rm -rf "$work"
+  echo "carry/vllm-tests/$version: $(find "carry/vllm-tests/$version" -name '*.py' | wc -l) files"
+}
+
+run() {
+  local version=${1:-$(installed)} out tree rc
+  out=$(realpath -m "${OUT:-vllm-unit-tests}")
+  : "${version:?vLLM is not installed}"
+  [ "$(installed)" = "$version" ] || { echo "run: vLLM $version is not the installed vLLM ($(installed))" >&2; exit 2; }
+  [ -d "carry/vllm-tests/$version" ] || { echo "run: no carry/vllm-tests/$version (fetch it first)" >&2; exit 2; }
+  tree=$(mktemp -d) && mkdir -p "$out"
+  cp -r "carry/vllm-tests/$version/tests" "$tree/"
+  cp ci/gpu/vllm-tests-shim/utils.py "$tree/tests/utils.py"
+  : > "$tree/tests/conftest.py"
+  find "$tree/tests" -type d -exec touch {}/__init__.py \;
+  export PYTHONPATH="$tree:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0
+  local tests=(tests/v1/sample/test_sampler.py tests/v1/sample/test_rejection_sampler.py
+               tests/v1/worker/test_gpu_input_batch.py tests/v1/logits_processors/test_correctness.py)
+  # "every patch": a validated file naming each hot path for this version on this device.
+  "$PYTHON" - "$version" "$tree/every-patch.json" <<'PY'
+import json, sys, torch
+from vllm_hotpaths import registry
+device = "cuda" if torch.cuda.is_available() else "cpu"
+record = {"devices": [device], "profile": "none: forced by vllm-unit-tests.sh"}
+json.dump({name: {sys.argv[1]: record} for name, hp in registry.HOTPATHS.items() if hp.patch},
+          open(sys.argv[2], "w"))
+PY
+  local run file
+  for run in upstream plugin every-patch; do
+    rm -rf "${out:?}/$run" "$out/$run.log" && mkdir -p "$out/$run"
+    local with=() validated=${VLLM_HOTPATHS_VALIDATED:-}
+    [ "$run" = upstream ] || with=(-p vllm_hotpaths.testing.with_plugin)
+    [ "$run" = every-patch ] && validated="$tree/every-patch.json"
+    for file in "${tests[@]}"; do  # one process per file: fork-per-test files need CUDA unstarted
+      (cd "$tree" && env ${validated:+VLLM_HOTPATHS_VALIDATED="$validated"} "$PYTHON" -m pytest -p no:cacheprovider -rs "${with[@]}" \
+        "$file" --junit-xml="$out/$run/$(basename "$file" .py).xml") >> "$out/$run.log" 2>&1
+    done
+    echo "== $run: $(grep -m1 '^vllm-hotpaths' "$out/$run.log" || echo 'no plugin')"
+  done
+  "$PYTHON" -m vllm_hotpaths.testing.upstream_tests "$out/upstream" "$out/plugin" "$out/every-patch"
+  rc=$?
+  rm -rf "$tree"
+  return $rc
+}
+
+case "${1:-}" in
+  fetch) fetch "${2:-}" ;;
+  run) run "${2:-}"; exit $? ;;
+  *) echo "usage: $0 fetch [VERSION] | run [VERSION]" >&2; exit 2 ;;
+esac
