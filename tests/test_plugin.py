@@ -146,3 +146,23 @@ def test_a_cpu_record_does_not_install_on_a_cuda_engine(monkeypatch, tmp_path, c
     with caplog.at_level("WARNING", logger="vllm.vllm_hotpaths"):
         assert "swap_states" not in plugin.register()
     assert f"not validated for vLLM {version} on cuda (validated on cpu)" in caplog.text, caplog.text
+
+
+def test_the_engine_device_is_found_without_initializing_cuda(monkeypatch):
+    """vLLM loads plugins before it forks workers, and its own tests fork per test: asking the
+    CUDA runtime whether a GPU exists would leave every forked child unable to use CUDA. With
+    NVML reporting a GPU, the plugin must say "cuda" without calling the runtime."""
+    import torch
+
+    def runtime_asked():
+        raise AssertionError("the CUDA runtime was asked for the device count")
+
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "_cached_device_count", None)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", runtime_asked, raising=False)
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    from vllm_hotpaths import plugin
+
+    assert plugin.engine_device() == "cuda"
+    assert not vllm_env._no_gpu()

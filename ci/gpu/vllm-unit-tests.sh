@@ -66,16 +66,22 @@ record = {"devices": [device], "profile": "none: forced by vllm-unit-tests.sh"}
 json.dump({name: {sys.argv[1]: record} for name, hp in registry.HOTPATHS.items() if hp.patch},
           open(sys.argv[2], "w"))
 PY
+  # Every (run, file) pair in a process of its own, all at once: one process per file because
+  # fork-per-test files need CUDA unstarted; at once because the runs are independent.
   local run file
   for run in upstream plugin every-patch; do
     rm -rf "${out:?}/$run" "$out/$run.log" && mkdir -p "$out/$run"
     local with=() validated=${VLLM_HOTPATHS_VALIDATED:-}
     [ "$run" = upstream ] || with=(-p vllm_hotpaths.testing.with_plugin)
     [ "$run" = every-patch ] && validated="$tree/every-patch.json"
-    for file in "${tests[@]}"; do  # one process per file: fork-per-test files need CUDA unstarted
+    for file in "${tests[@]}"; do
       (cd "$tree" && env ${validated:+VLLM_HOTPATHS_VALIDATED="$validated"} "$PYTHON" -m pytest -p no:cacheprovider -rs "${with[@]}" \
-        "$file" --junit-xml="$out/$run/$(basename "$file" .py).xml") >> "$out/$run.log" 2>&1
+        "$file" --junit-xml="$out/$run/$(basename "$file" .py).xml") > "$out/$run/$(basename "$file" .py).log" 2>&1 &
     done
+  done
+  wait
+  for run in upstream plugin every-patch; do
+    cat "$out/$run"/*.log > "$out/$run.log"
     echo "== $run: $(grep -m1 '^vllm-hotpaths' "$out/$run.log" || echo 'no plugin')"
   done
   "$PYTHON" -m vllm_hotpaths.testing.upstream_tests "$out/upstream" "$out/plugin" "$out/every-patch"

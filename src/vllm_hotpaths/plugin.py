@@ -54,10 +54,9 @@ def selected() -> list[str]:
 
 
 def engine_device() -> str:
-    """The device vLLM runs the model on here, as the gate names devices."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The device vLLM runs the model on here, as the gate names devices (asked without
+    initializing CUDA: see `vllm_env.gpu_visible`)."""
+    return "cuda" if vllm_env.gpu_visible() else "cpu"
 
 
 def installed() -> dict[str, list[str]]:

@@ -26,10 +26,20 @@ def installed_version() -> str | None:
         return None
 
 
-def _no_gpu() -> bool:
+def gpu_visible() -> bool:
+    """Whether a CUDA device is visible, without touching the CUDA runtime.
+
+    `torch.cuda.device_count()` asks NVML first; `torch.cuda.is_available()` asks the CUDA
+    runtime, after which a forked child can no longer use CUDA ("Cannot re-initialize CUDA in
+    forked subprocess"): vLLM forks workers, and its own tests fork per test, after plugins load.
+    """
     import torch
 
-    return not torch.cuda.is_available()
+    return torch.cuda.device_count() > 0
+
+
+def _no_gpu() -> bool:
+    return not gpu_visible()
 
 
 def set_cpu_environment() -> None:
