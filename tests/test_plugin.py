@@ -88,7 +88,7 @@ def test_a_patch_says_where_upstream_needs_none():
 
 def test_every_validated_hot_path_is_installed_into_vllm(run_cli, tmp_path):
     """All five validated: each replaced function is patched (logits_copy only where upstream
-    still copies), a new InputBatch holds the fast thinking-budget holder, and a request's output
+    still copies; a held-back hot path not), a new InputBatch holds the fast thinking-budget holder, and a request's output
     list becomes the tracked list the penalties builder follows."""
     version = vllm_env.installed_version()
     result = load(run_cli, tmp_path, {name: {version: CPU_RECORD} for name in PATCHED})
