@@ -1,28 +1,40 @@
-"""Recovered-tokens benchmark (CUDA): the 0.16 and 0.22 reference kernels against the
-split-vocabulary kernels, with the memory-bandwidth floor.
+"""Recovered-tokens benchmark (CUDA): vLLM's own code against the split-vocabulary kernel, with
+this project's frozen reference kernels as a secondary baseline.
 
-Device time: each variant's launches are captured in one CUDA graph over several copies of the
-inputs (together more than twice the L2 cache, so every call reads from memory), and the graph's
-replay is timed with `triton.testing.do_bench` (median, L2 flushed first), divided by the number
-of copies. The floor is the bytes the sampling must read once (target and draft probabilities,
-one noise row per request) divided by the device's copy rate, measured as (read + write bytes)
-per second of a 1 GiB device-to-device copy. "kernels" times the launches alone (the 0.22
-reference given `q.reciprocal()` made beforehand, as upstream's host does); "call" times a whole
-`recover` call the same way (the reciprocal and scratch allocation included, host work not).
-"read-only" times a kernel with the fast kernel's grid and tiles that reads the same bytes and
-keeps a running maximum, selecting no id: what this launch shape costs before any selection.
+For each shape, without and with draft probabilities, side by side in one run:
+
+- kernel: vLLM's own `sample_recovered_tokens_kernel`, launched as the installed vLLM's
+  `sample_recovered_tokens` launches it (0.22: grid (requests, max drafts), `inv_q = 1/q` made by
+  the host beforehand, 8,192-lane tiles), against the split-vocab launch (which takes `1/q` in the
+  kernel). Each side's launches are captured in one CUDA graph over input copies together more
+  than twice the L2 cache, the replay timed with `triton.testing.do_bench`, divided by the copies.
+- call: upstream's `rejection_sampler.sample_recovered_tokens` against the plugin's patched
+  function, both called with vLLM's arguments (a `SamplingMetadata` without per-request
+  generators), host work included: `do_bench` on the call (no graph), and "wall", a loop of
+  WALL_CALLS calls over the copies ended by one synchronize. "seeded" is the do_bench call with
+  every SEEDED_EVERY-th request drawing from its own generator.
+- reference: the 0.16.0 and 0.22.0 reference kernels of this project (the upstream kernels'
+  structure, frozen), timed as "kernel"; labelled "reference", never "upstream".
+
+The floor is the bytes read once (target and draft probabilities, one noise row per request)
+divided by the device's copy rate, measured as (read + write) bytes per second of a 1 GiB copy.
 """
 
 from __future__ import annotations
 
-import torch
-import triton
-import triton.language as tl
+import dataclasses
+import time
 
-from vllm_hotpaths import registry
+import torch
+
+from vllm_hotpaths import registry, vllm_env
 
 SHAPES = ((16, 3, 129_280), (64, 4, 151_936), (256, 1, 32_000))
 SPREAD_BYTES = 200 * 2 ** 20  # input copies per timing: more than twice an H100's 50 MB L2
+WALL_CALLS = 200
+SEEDED_EVERY = 4
+UPSTREAM_BLOCK = 8192  # vLLM 0.22's BLOCK_SIZE for sample_recovered_tokens_kernel
+MEASURES = ("kernel", "call", "wall", "seeded")
 
 
 def device_time(make_launch, copies: list[dict]) -> float:
@@ -41,6 +53,22 @@ def device_time(make_launch, copies: list[dict]) -> float:
         for launch in launches:
             launch()
     return triton.testing.do_bench(graph.replay) * 1e-3 / len(copies)
+
+
+def call_time(call, copies: list[dict]) -> tuple[float, float]:
+    """Seconds per whole call, host work included: (do_bench median, wall-clock mean of
+    WALL_CALLS calls cycling over the copies, one synchronize at the end)."""
+    import triton.testing
+
+    bench_s = triton.testing.do_bench(lambda: call(copies[0])) * 1e-3
+    for args in copies:
+        call(args)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for i in range(WALL_CALLS):
+        call(copies[i % len(copies)])
+    torch.cuda.synchronize()
+    return bench_s, (time.perf_counter() - start) / WALL_CALLS
 
 
 def copy_rate(device) -> float:
@@ -73,39 +101,72 @@ def inputs(batch: int, drafts: int, vocab: int, draft_probs: bool, device) -> di
     )
 
 
-@triton.jit
-def _read_only_kernel(out_ptr, target_ptr, draft_ptr, q_ptr, vocab_size, lanes_per_program, drafts,
-                      BLOCK: tl.constexpr, HAS_DRAFT: tl.constexpr):
-    req = tl.program_id(0)
-    token = req * drafts + tl.program_id(1)  # the benchmark's requests all have `drafts` drafts
-    first_lane = tl.program_id(2) * lanes_per_program
-    acc = tl.full((BLOCK,), float("-inf"), tl.float32)
-    for first in range(first_lane, first_lane + lanes_per_program, BLOCK):
-        lanes = first + tl.arange(0, BLOCK)
-        inside = lanes < vocab_size
-        value = tl.load(target_ptr + token * vocab_size + lanes, mask=inside, other=0.0)
-        if HAS_DRAFT:
-            value -= tl.load(draft_ptr + token * vocab_size + lanes, mask=inside, other=0.0)
-        acc = tl.maximum(acc, value * tl.load(q_ptr + req * vocab_size + lanes, mask=inside, other=1.0))
-    tl.store(out_ptr + token * tl.num_programs(2) + tl.program_id(2), tl.max(acc, axis=0))
+def upstream_module():
+    """vLLM's `rejection_sampler` module, or None with one line saying why."""
+    try:
+        return vllm_env.import_vllm("vllm.v1.sample.rejection_sampler")
+    except Exception as error:  # noqa: BLE001 - any import failure means: no upstream columns
+        print(f"recovered_tokens: vLLM cannot be imported ({type(error).__name__}: {error}); "
+              "upstream columns skipped, references timed")
+        return None
 
 
-def _read_only(fast, args: dict):
-    """The fast kernel's launch shape reading the same bytes, with no id selected."""
-    target, draft = args["target_probs"], args["draft_probs"]
-    num_tokens, vocab = target.shape
-    block, lanes = fast._lanes_per_program(num_tokens, vocab)
-    slices = fast._slices(vocab, lanes)
-    out = torch.empty(num_tokens * slices, device=target.device)
-    grid = (len(args["num_draft_tokens"]), args["max_spec_len"], slices)
-    return lambda: _read_only_kernel[grid](out, target, target if draft is None else draft, args["q"],
-                                           vocab, lanes, args["max_spec_len"], BLOCK=block,
-                                           HAS_DRAFT=draft is not None)
+def upstream_kernel_launch(module, args: dict):
+    """vLLM 0.22's launch of its own kernel, as its `sample_recovered_tokens` makes it: the host
+    passes `1/q` (made here, before the timed launches) and `draft_probs` as given (None too)."""
+    inv_q = args["q"].reciprocal()
+    out = torch.empty_like(args["draft_token_ids"])
+    grid = (len(args["num_draft_tokens"]), args["max_spec_len"])
+
+    def launch():
+        module.sample_recovered_tokens_kernel[grid](
+            out, args["cu_num_draft_tokens"], args["draft_token_ids"], args["draft_probs"],
+            args["target_probs"], inv_q, args["target_probs"].shape[1], UPSTREAM_BLOCK,
+            NO_DRAFT_PROBS=args["draft_probs"] is None)
+        return out
+
+    return launch
 
 
-def _kernel_only(impl, args: dict):
-    """The launch(es) alone: what runs on the device once the host has its inputs."""
-    from vllm_hotpaths.recovered_tokens import fast, reference
+def upstream_and_patched(module, version: str):
+    """(upstream's sample_recovered_tokens, the plugin's replacement); the module is left as found."""
+    from vllm_hotpaths.recovered_tokens import patch
+
+    was_installed = bool(patch.UPSTREAM)
+    patch.install(version)
+    pair = patch.UPSTREAM["sample_recovered_tokens"], module.sample_recovered_tokens
+    if not was_installed:
+        patch.uninstall()
+    return pair
+
+
+def sampling_metadata(generators: dict):
+    """vLLM's SamplingMetadata with `generators` (the only field `sample_recovered_tokens` reads;
+    the others None)."""
+    cls = vllm_env.import_vllm("vllm.v1.sample.metadata").SamplingMetadata
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    return cls(**dict(dict.fromkeys(required), generators=generators))
+
+
+def seeded_generators(batch: int, device) -> dict:
+    return {i: torch.Generator(device=device).manual_seed(i) for i in range(0, batch, SEEDED_EVERY)}
+
+
+def whole_call(function, metadata):
+    def call(args):
+        return function(args["max_spec_len"], args["num_draft_tokens"], args["cu_num_draft_tokens"],
+                        args["draft_token_ids"], args["draft_probs"], args["target_probs"], metadata,
+                        args["target_probs"].device)
+
+    return call
+
+
+def _reference_kernel(impl, args: dict):
+    """A frozen reference's launch alone (the 0.22 one given `1/q` made beforehand)."""
+    import triton
+
+    from vllm_hotpaths.recovered_tokens import reference
 
     out = torch.empty_like(args["draft_token_ids"])
     grid = (len(args["num_draft_tokens"]), args["max_spec_len"])
@@ -114,65 +175,99 @@ def _kernel_only(impl, args: dict):
               reference.draft_pointer(args["draft_probs"], args["target_probs"]), args["target_probs"])
     no_draft = args["draft_probs"] is None
     if isinstance(impl, reference.DivisionReference):
-        import triton
-
         return lambda: reference._division_kernel[grid](
             *common, args["q"], vocab, PADDED_VOCAB=triton.next_power_of_2(vocab), NO_DRAFT_PROBS=no_draft)
-    if isinstance(impl, reference.ReciprocalReference):
-        inv_q = args["q"].reciprocal()
-        return lambda: reference._reciprocal_kernel[grid](
-            *common, inv_q, vocab, BLOCK=impl.block, NO_DRAFT_PROBS=no_draft, INTERPRETED_VOCAB=0)
-    assert isinstance(impl, fast.SplitVocabDivision)
-    return lambda: impl.recover(**args)  # its launches and two scratch buffers
+    inv_q = args["q"].reciprocal()
+    return lambda: reference._reciprocal_kernel[grid](
+        *common, inv_q, vocab, BLOCK=impl.block, NO_DRAFT_PROBS=no_draft, INTERPRETED_VOCAB=0)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    from vllm_hotpaths.testing.bits import assert_same_bits
+
+    assert_same_bits(a, b, what)
+
+
+def _upstream_times(module, version: str, args: dict, copies: list[dict]) -> dict:
+    """measure -> (upstream seconds, fast seconds), ids checked equal first."""
+    device = args["target_probs"].device
+    fast = registry.get("recovered_tokens").fast_for(version)(device)
+    times = {}
+    if version.startswith("0.22."):
+        _same(upstream_kernel_launch(module, args)(), fast.recover(**args), "kernel ids")
+        times["kernel"] = (device_time(lambda a: upstream_kernel_launch(module, a), copies),
+                           device_time(lambda a: (lambda: fast.recover(**a)), copies))
+    else:
+        print(f"recovered_tokens: the kernel-only launch is vLLM 0.22's; vLLM {version} is installed, "
+              "kernel column skipped")
+    upstream, patched = upstream_and_patched(module, version)
+    batch = len(args["num_draft_tokens"])
+    for label, make in (("call", dict), ("seeded", lambda: seeded_generators(batch, device))):
+        ids = []
+        for function in (upstream, patched):
+            torch.manual_seed(0)
+            ids.append(whole_call(function, sampling_metadata(make()))(args))
+        _same(ids[1], ids[0], f"{label} ids")
+        pair = [call_time(whole_call(f, sampling_metadata(make())), copies) for f in (upstream, patched)]
+        times[label] = (pair[0][0], pair[1][0])
+        if label == "call":
+            times["wall"] = (pair[0][1], pair[1][1])
+    return times
 
 
 def run(device: str = "cuda", quick: bool = False) -> list[dict]:
     if device != "cuda":
-        return []  # Triton kernels: timings mean something only compiled on a GPU
+        print("recovered_tokens: CUDA only (Triton kernels time nothing meaningful interpreted), skipped on cpu")
+        return []
     hotpath = registry.get("recovered_tokens")
+    version = vllm_env.installed_version()
+    module = upstream_module()
     rate = copy_rate(device)
     gpu = torch.cuda.get_device_name()
-    print(f"recovered_tokens on {gpu}: copy rate {rate / 1e12:.2f} TB/s (read + write)")
-    print(f"{'B':>4} {'k':>2} {'V':>7} {'draft':>5} {'floor':>8} | {'0.16 ref':>9} {'fast':>8} "
-          f"{'ratio':>6} | {'0.22 ref':>9} {'fast':>8} {'ratio':>6} {'x floor':>7} | "
-          f"{'0.22 call':>9} {'fast call':>9} | {'read-only':>9} {'x floor':>7}")
+    upstream_label = f"vLLM {version}" if module else "upstream (not importable)"
+    print(f"recovered_tokens on {gpu}: copy rate {rate / 1e12:.2f} TB/s (read + write); upstream = "
+          f"{upstream_label}'s own code; reference = this project's frozen kernels; ratio = baseline / fast")
+    columns = [f"{m} up/fast" for m in MEASURES] + ["0.16 ref/fast", "0.22 ref/fast"]
+    print(f"{'B':>4} {'k':>2} {'V':>7} {'draft':>5} {'floor':>7} | " + " | ".join(f"{c:>21}" for c in columns))
     records = []
-    shapes = SHAPES[:1] if quick else SHAPES
-    for batch, drafts, vocab in shapes:
+    for batch, drafts, vocab in SHAPES[:1] if quick else SHAPES:
         for with_draft in (False, True):
             args = inputs(batch, drafts, vocab, with_draft, device)
             read = args["target_probs"].numel() * 4 * (2 if with_draft else 1) + args["q"].numel() * 4
             floor = read / rate
             copies = [args] + [inputs(batch, drafts, vocab, with_draft, device)
                                for _ in range(max(1, -(-SPREAD_BYTES // read) - 1))]
-            times = {}
-            for version in ("0.16.0", "0.22.0"):
-                ref = hotpath.reference(version)(device)
-                fast = next(f for _, f, v in hotpath.candidates() if v == version)(device)
-                for label, impl in (("ref", ref), ("fast", fast)):
-                    assert torch.equal(impl.recover(**args), ref.recover(**args)), (version, label)
-                    times[version, label] = device_time(lambda a, impl=impl: _kernel_only(impl, a), copies)
-                    times[version, label, "call"] = device_time(
-                        lambda a, impl=impl: (lambda: impl.recover(**a)), copies)
-            times["read-only"] = device_time(lambda a: _read_only(fast, a), copies)
-            us = lambda key: times[key] * 1e6  # noqa: E731
-            print(f"{batch:>4} {drafts:>2} {vocab:>7} {'yes' if with_draft else 'no':>5} {floor * 1e6:7.1f}u | "
-                  f"{us(('0.16.0', 'ref')):8.1f}u {us(('0.16.0', 'fast')):7.1f}u "
-                  f"{times['0.16.0', 'ref'] / times['0.16.0', 'fast']:5.2f}x | "
-                  f"{us(('0.22.0', 'ref')):8.1f}u {us(('0.22.0', 'fast')):7.1f}u "
-                  f"{times['0.22.0', 'ref'] / times['0.22.0', 'fast']:5.2f}x "
-                  f"{times['0.22.0', 'fast'] / floor:6.2f}x | "
-                  f"{us(('0.22.0', 'ref', 'call')):8.1f}u {us(('0.22.0', 'fast', 'call')):8.1f}u | "
-                  f"{us('read-only'):8.1f}u {times['read-only'] / floor:6.2f}x")
             size = {"B": batch, "k": drafts, "V": vocab}
-            for version in ("0.16.0", "0.22.0"):
-                records.append({
-                    "hotpath": "recovered_tokens",
-                    "case": f"kernels, {version} reference vs split-vocab, draft probs {with_draft}",
-                    "size": size, "device": device, "gpu": gpu, "copy_rate_Bps": rate,
-                    "floor_s": floor, "reference_s": times[version, "ref"], "fast_s": times[version, "fast"],
-                    "ratio": times[version, "ref"] / times[version, "fast"],
-                    "reference_call_s": times[version, "ref", "call"], "fast_call_s": times[version, "fast", "call"],
-                    "read_only_s": times["read-only"],
-                })
+            draft = "yes" if with_draft else "no"
+            common = {"hotpath": "recovered_tokens", "size": size, "device": device, "gpu": gpu,
+                      "draft_probs": with_draft, "floor_s": floor, "copy_rate_Bps": rate}
+            cells = {}
+            upstream = _upstream_times(module, version, args, copies) if module else {}
+            for measure, (base_s, fast_s) in upstream.items():
+                cells[measure] = (base_s, fast_s)
+                records.append(dict(common, case=f"{measure}: {upstream_label} vs split-vocab, draft probs {draft}",
+                                    measure=measure, baseline="upstream", baseline_label=upstream_label,
+                                    upstream_s=base_s, fast_s=fast_s, ratio=base_s / fast_s))
+            for ref_version in ("0.16.0", "0.22.0"):
+                ref = hotpath.reference(ref_version)(device)
+                fast = hotpath.fast_for(ref_version)(device)
+                _same(fast.recover(**args), ref.recover(**args), f"{ref_version} reference ids")
+                base_s = device_time(lambda a, ref=ref: _reference_kernel(ref, a), copies)
+                fast_s = device_time(lambda a, fast=fast: (lambda: fast.recover(**a)), copies)
+                cells[ref_version] = (base_s, fast_s)
+                label = f"{ref_version} reference"
+                records.append(dict(common, case=f"kernel: {label} vs split-vocab, draft probs {draft}",
+                                    measure="kernel", baseline="reference", baseline_label=label,
+                                    reference_s=base_s, fast_s=fast_s, ratio=base_s / fast_s))
+
+            def cell(key):
+                if key not in cells:
+                    return f"{'-':>21}"
+                base_s, fast_s = cells[key]
+                return f"{base_s * 1e6:7.1f} {fast_s * 1e6:7.1f} {base_s / fast_s:5.2f}x"
+
+            print(f"{batch:>4} {drafts:>2} {vocab:>7} {draft:>5} {floor * 1e6:6.1f}u | "
+                  + " | ".join(cell(k) for k in (*MEASURES, "0.16.0", "0.22.0")))
+    print("times in us: baseline, fast, baseline / fast; kernel = CUDA graph over input copies; call/seeded = "
+          f"do_bench of whole calls; wall = mean of {WALL_CALLS} calls, one synchronize")
     return records
