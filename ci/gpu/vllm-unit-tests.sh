@@ -23,6 +23,9 @@ FILES=(tests/v1/sample/test_sampler.py tests/v1/sample/test_rejection_sampler.py
        tests/v1/worker/test_gpu_input_batch.py tests/v1/logits_processors/test_correctness.py
        tests/v1/sample/utils.py tests/v1/logits_processors/utils.py)
 PYTHON=${PYTHON:-python3}
+# A path to an interpreter (a venv's python) must hold after the cd into the test tree; its
+# folder is made absolute, not the link itself, which would leave the venv.
+[[ $PYTHON == */* ]] && PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")"
 installed() { "$PYTHON" -c "import vllm; print(vllm.__version__)" 2>/dev/null; }
 
 fetch() {
@@ -71,11 +74,14 @@ PY
   local run file
   for run in upstream plugin every-patch; do
     rm -rf "${out:?}/$run" "$out/$run.log" && mkdir -p "$out/$run"
-    local with=() validated=${VLLM_HOTPATHS_VALIDATED:-}
-    [ "$run" = upstream ] || with=(-p vllm_hotpaths.testing.with_plugin)
+    # Every run loads the plugin module, so vLLM gets the same environment (adjusted on a CPU-only
+    # machine); the upstream run has VLLM_HOTPATHS=off.
+    local selected=${VLLM_HOTPATHS:-all} validated=${VLLM_HOTPATHS_VALIDATED:-}
+    [ "$run" = upstream ] && selected=off
     [ "$run" = every-patch ] && validated="$tree/every-patch.json"
     for file in "${tests[@]}"; do
-      (cd "$tree" && env ${validated:+VLLM_HOTPATHS_VALIDATED="$validated"} "$PYTHON" -m pytest -p no:cacheprovider -rs "${with[@]}" \
+      (cd "$tree" && env VLLM_HOTPATHS="$selected" ${validated:+VLLM_HOTPATHS_VALIDATED="$validated"} \
+        "$PYTHON" -m pytest -p no:cacheprovider -rs -p vllm_hotpaths.testing.with_plugin \
         "$file" --junit-xml="$out/$run/$(basename "$file" .py).xml") > "$out/$run/$(basename "$file" .py).log" 2>&1 &
     done
   done

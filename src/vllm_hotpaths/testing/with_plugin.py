@@ -8,8 +8,9 @@ _installed: dict[str, list[str]] = {}
 
 
 def pytest_configure(config) -> None:
-    from vllm_hotpaths import plugin
+    from vllm_hotpaths import plugin, vllm_env
 
+    vllm_env.import_vllm("vllm")  # the same environment with or without patches (on CPU: adjusted)
     _installed.update(plugin.register())
 
 
