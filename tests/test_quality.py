@@ -2,7 +2,9 @@
 failure writes a shrunk regression fixture that the failure message names.
 
 Committed fixtures are not replayed here (VLLM_HOTPATHS_NO_REPLAY=1): generation alone must find
-each bug, so the committed counterexamples are a second net, not the only one."""
+each bug, so the committed counterexamples are a second net, not the only one. Nor are they
+consulted (VLLM_HOTPATHS_REGRESSIONS names an empty folder): where a planted bug's shrunk case is
+committed, generation still writes it, instead of naming the committed file."""
 
 import json
 
@@ -15,13 +17,20 @@ from properties.quality import swap_states as swap_states_mutants
 from properties.quality import think_budget as think_budget_mutants
 
 
+def generation_only(tmp_path) -> dict[str, str]:
+    """The environment of a quality run: committed fixtures neither replayed nor consulted."""
+    empty = tmp_path / "no-committed-fixtures"
+    empty.mkdir(exist_ok=True)
+    return {"VLLM_HOTPATHS_NO_REPLAY": "1", "VLLM_HOTPATHS_REGRESSIONS": str(empty)}
+
+
 @pytest.mark.parametrize("mutant, law", penalties_mutants.MUTANTS.items())
 def test_penalties_mutant_is_caught(mutant, law, run_cli, tmp_path):
     result = run_cli(
         "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", "penalties and cpu", "--hypothesis-profile", "ci",
         "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
-        VLLM_HOTPATHS_NO_REPLAY="1",
+        **generation_only(tmp_path),
     )
     assert_caught_with_fixture(result, tmp_path, "penalties", mutant)
 
@@ -68,7 +77,7 @@ def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp
         "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", keyword, "--hypothesis-profile", profile,
         "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}",
-        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1",
+        "--fixture-dir", str(tmp_path), **generation_only(tmp_path),
     )
     assert_caught_with_fixture(result, tmp_path, hotpath, mutant)
 
@@ -85,7 +94,7 @@ def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
         "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", "recovered_tokens and cpu", "--hypothesis-profile", "ci",
         "--impl", f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
-        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
+        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "recovered_tokens", mutant)
 
@@ -104,7 +113,7 @@ def test_logits_copy_mutant_is_caught(mutant, run_cli, tmp_path):
         "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", selected, "--hypothesis-profile", profile,
         "--impl", f"logits_copy@{logits_copy_mutants.version_of(mutant)}=properties.quality.logits_copy:{mutant}",
-        "--fixture-dir", str(tmp_path), VLLM_HOTPATHS_NO_REPLAY="1", TRITON_INTERPRET="1",
+        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "logits_copy", mutant)
 

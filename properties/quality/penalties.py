@@ -90,14 +90,14 @@ class AppendOnlyCache(ReferencePenalties):
 class IgnoresRowMoves(IncrementalPenalties):
     """The incremental builder without move detection: a moved list keeps the other row's staging."""
 
-    def output_tokens(self, rows):
+    def build(self, rows):
         for r, lst in enumerate(rows):
             if r < len(self._owner) and self._owner[r] is not None and lst is not self._owner[r]:
                 s = self._home.get(id(lst))
                 if s is not None and self._owner[s] is lst:
                     self._owner[r] = lst
                     self._home[id(lst)] = r
-        return super().output_tokens(rows)
+        return super().build(rows)
 
 
 def _divide_everywhere(logits, prompt_mask, output_mask, penalties):
@@ -137,6 +137,33 @@ class NoIdValidation(IncrementalPenalties):
         return values
 
 
+class NewIdsStoredByOutputTokens(IncrementalPenalties):
+    """The steady step's new ids counted by `apply_all_penalties` but stored into the staging rows
+    only by the next `output_tokens` (a write left pending, as the fused kernels leave it to their
+    counting kernel): vLLM calls `apply_all_penalties` alone, step after step, so a steady step's
+    ids are lost once the next step builds, and every later step counts the pad in their place."""
+
+    def __init__(self, vocab_size, device="cpu", batch=None):
+        super().__init__(vocab_size, device, batch)
+        self.pending = None
+
+    def output_tokens(self, rows):
+        if self.pending is not None:
+            self._write_one_per_row(*self.pending)
+            self.pending = None
+        return super().output_tokens(rows)
+
+    def apply_all_penalties(self, logits, prompt_tokens, presence, frequency, repetition, rows):
+        check_logits(logits, self.vocab_size)
+        tokens, new = self.build(rows)
+        if new is not None:
+            self.pending = new
+            tokens = tokens.clone()  # this step counts its new ids; the staging waits for them
+            rows_, cols = torch.arange(len(new[0])), torch.tensor(new[0])
+            tokens[rows_.to(tokens.device), cols.to(tokens.device)] = torch.tensor(new[1]).to(tokens.device)
+        return apply_penalties_(logits, prompt_tokens, tokens, presence, frequency, repetition)
+
+
 # mutant -> the law expected to catch it (properties/test_<law>.py)
 MUTANTS = {
     "PadWithZero": "equivalence",
@@ -148,4 +175,5 @@ MUTANTS = {
     "DividesOnCpu": "equivalence",
     "PresenceBeforeFrequency": "equivalence",
     "NoIdValidation": "errors",
+    "NewIdsStoredByOutputTokens": "equivalence",
 }

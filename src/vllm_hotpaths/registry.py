@@ -125,19 +125,23 @@ PENALTIES_CONTRACT = Contract(
         "      for ids outside [-1, vocab_size]\n"
         "  apply_all_penalties(logits, prompt_tokens, presence, frequency, repetition, rows)\n"
         "      -> logits penalized in place (float32 [B, vocab_size])\n"
+        "the checks call apply_all_penalties once per sampler step, as vLLM does, and\n"
+        "output_tokens only on deep copies of the implementation, before and after it.\n"
         "batch: the InputBatch-like state (token_ids_cpu, num_prompt_tokens, num_tokens_no_spec,\n"
         "       req_output_token_ids, max_num_reqs, max_model_len); may be None."
     ),
 )
 
 THINK_BUDGET_CONTRACT = Contract(
-    methods=("sync_batch", "update_state", "apply_to_logits", "states"),
+    methods=("sync_batch", "has_tracked_requests", "update_state", "apply_to_logits", "states"),
     doc=(
         "factory(config: ThinkConfig, device) -> holder with vLLM's ThinkingBudgetStateHolder API\n"
         "  sync_batch(batch_update)   removed, added (index, params, prompt, output list), moved\n"
+        "  has_tracked_requests() -> bool   asked before each sampler pass; False skips the pass\n"
         "  update_state(rows, spec_token_ids, repeat_indices=None)\n"
         "  apply_to_logits(logits, predict_bonus_token, spec_token_ids) -> logits (in place)\n"
-        "  states() -> {row: normalized state} (think_budget.reference.normalized_states)\n"
+        "  states() -> {row: normalized state} (think_budget.reference.normalized_states),\n"
+        "      read from a deep copy of the holder (vLLM never calls it)\n"
         "raising InvalidThinkConfig for marker ids outside [0, vocab_size) and InvalidBudget\n"
         "for budgets the targeted version refuses, with the reference's messages."
     ),

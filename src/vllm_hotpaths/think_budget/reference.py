@@ -59,6 +59,11 @@ class ThinkBudgetReference:
         self.rows: dict[int, dict[str, Any]] = {}
 
     # -- batch membership ------------------------------------------------------------------
+    def has_tracked_requests(self) -> bool:
+        """Whether any row holds a state: vLLM's sampler asks before each pass and calls
+        `update_state` / `apply_to_logits` only when it is True."""
+        return bool(self.rows)
+
     def sync_batch(self, update) -> None:
         """Removed, then added, then moved, as in upstream's `BatchUpdate` contract."""
         if update is None:

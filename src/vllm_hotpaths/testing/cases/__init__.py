@@ -32,3 +32,48 @@ class Ops:
         found = [op for op in getattr(case, "ops", ()) if op and op[0] == kind]
         named = self.types.get(kind)
         return [named(*op) for op in found] if named else found
+
+
+class NotCopyable(TypeError):
+    """An implementation the checks cannot deep-copy (they read its extra state from a copy)."""
+
+
+def copy_of(impl, keep=(), label: str = "the implementation"):
+    """A deep copy of `impl` sharing the objects in `keep` (see `read_on_a_copy`)."""
+    import copy
+
+    try:
+        return copy.deepcopy(impl, {id(obj): obj for obj in keep})
+    except Exception as err:  # whatever deepcopy raises for an object it cannot copy
+        raise NotCopyable(f"{label} ({type(impl).__name__}) cannot be deep-copied, which the checks need "
+                          f"(they read its state from a copy, never calling it more than vLLM does): "
+                          f"{type(err).__name__}: {err}") from err
+
+
+def read_on_a_copy(impl, read, keep=(), label: str = "the implementation"):
+    """`read(twin)`, `twin` a deep copy of `impl`: a check's extra read (a token tensor, a state
+    dump, a hypothetical call), made where it cannot change `impl`'s own path. vLLM calls a hot
+    path a fixed number of times per step; the checks call `impl` exactly so, and read the rest
+    from copies.
+
+    `keep`: objects the copy shares with `impl` instead of copying them (the batch's lists, which
+    an implementation holds and knows by identity; a `TrackedTokenList` keeps its watchers' marks
+    only this way, since a copied one starts unwatched). What the read does to them (items, marks,
+    `seen`) is undone afterwards. Raises `NotCopyable` where `impl` cannot be deep-copied (an
+    implementation holding a module, a stream or a compiled op defines `__deepcopy__`)."""
+    from vllm_hotpaths.tracked_list import TrackedTokenList
+
+    saved = [(obj, list(obj), dict(obj._marks) if type(obj) is TrackedTokenList else None,
+              getattr(obj, "seen", None) if type(obj) is TrackedTokenList else None)
+             for obj in keep if isinstance(obj, list)]
+    twin = copy_of(impl, keep, label)
+    try:
+        return read(twin)
+    finally:
+        for obj, items, marks, seen in saved:
+            if list(obj) != items:
+                list.__setitem__(obj, slice(None), items)
+            if marks is not None:
+                obj._marks.clear()
+                obj._marks.update(marks)
+                obj.seen = seen

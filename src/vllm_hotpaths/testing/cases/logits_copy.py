@@ -33,7 +33,7 @@ import torch
 
 from vllm_hotpaths.logits_copy import InvalidSamplingInput, ReasoningMarkers, RequestParams
 from vllm_hotpaths.testing.bits import assert_same_bits
-from vllm_hotpaths.testing.cases import Ops, note
+from vllm_hotpaths.testing.cases import Ops, copy_of, note
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 
 OPS = Ops(add="slot prompt output params", remove="slot", append="slot tokens", step="batch seed share edits")
@@ -218,13 +218,20 @@ def processed(impl, step: Step, label: str) -> torch.Tensor:
 def assert_same_processing(program: LogitsProgram, expected: Side, actual: Side, device) -> None:
     """Equivalence: at every step, the whole batch, then each request alone (a request that needs
     processing is then checked without the others' flags hiding it): `actual`'s processed logits,
-    upcast to fp32, == `expected`'s (fp32), bit for bit; neither writes the caller's logits."""
+    upcast to fp32, == `expected`'s (fp32), bit for bit; neither writes the caller's logits.
+    Each sampler gets one call a step, the batch's, as vLLM's sampler makes it; each request
+    alone is a batch that step could have been, run on a copy of the sampler taken before the
+    batch's call (one copy per request), so no extra call changes the path of either."""
     first, second = program.samplers(expected.factory, actual.factory, device=device)
     for i, batch in enumerate(run(program, (first, second), device)):
-        for j, step in enumerate([batch, *batch.per_request()]):
+        alone = list(batch.per_request())
+        copies = [[copy_of(impl, label=f"step {i}, {side.label}") for _ in alone]
+                  for impl, side in ((first, expected), (second, actual))]
+        samplers = [(first, second)] + list(zip(*copies))
+        for j, (step, (want_from, got_from)) in enumerate(zip([batch, *alone], samplers)):
             label = f"step {i}" + (f", request {step.rows[0]} alone" if j else "")
-            want = processed(first, step, f"{label}, {expected.label}")
-            got = processed(second, step, f"{label}, {actual.label}")
+            want = processed(want_from, step, f"{label}, {expected.label}")
+            got = processed(got_from, step, f"{label}, {actual.label}")
             if not j:
                 note("copy skipped" if got is step.logits else "processed")
             assert_same_bits(got.float(), want, f"{label} ({actual.label} vs {expected.label}): "

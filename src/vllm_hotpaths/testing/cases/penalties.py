@@ -45,7 +45,7 @@ import torch
 
 from vllm_hotpaths.testing.batches.penalties import TokenBatch
 from vllm_hotpaths.testing.bits import assert_same_bits
-from vllm_hotpaths.testing.cases import note
+from vllm_hotpaths.testing.cases import note, read_on_a_copy
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 from vllm_hotpaths.tracked_list import TrackedTokenList
 
@@ -311,29 +311,48 @@ class PenaltiesRun:
 
 
 # -- the comparison -------------------------------------------------------------------------
-def assert_same_step(actual_impl, expected_impl, step: PenaltiesStep, device, label: str,
-                     penalize_first: bool = False) -> None:
-    """Output tokens and penalized logits of one step, bit for bit. `penalize_first`: the step's
-    lists reach the implementations through `apply_all_penalties` first, as in vLLM (the tokens
-    written are then read back with `output_tokens`), else through `output_tokens` first."""
-    def tokens():
-        expected_tokens = expected_impl.output_tokens(step.rows)
-        actual_tokens = actual_impl.output_tokens(step.rows)
-        assert_same_bits(actual_tokens, expected_tokens, f"{label}: output token tensor")
+def tokens_on_a_copy(impl, rows, label: str) -> torch.Tensor:
+    """`impl.output_tokens(rows)` on a deep copy of `impl` that shares the step's lists (their
+    identity and watchers' marks are what an incremental builder reads): the tensor `impl` would
+    build from its state now, read without calling `impl` itself."""
+    return read_on_a_copy(impl, lambda twin: twin.output_tokens(rows), keep=(rows, *rows), label=label)
 
-    if not penalize_first:
-        tokens()
+
+def assert_same_step(actual_impl, expected_impl, step: PenaltiesStep, device, label: str) -> None:
+    """One sampler step, each side called as vLLM's sampler calls it: `apply_all_penalties` once,
+    penalized logits bit for bit. The padded output-token tensor (shape, dtype, values) is
+    compared bit for bit too, read with `output_tokens` from deep copies (`tokens_on_a_copy`):
+    one taken before the call (the tensor the step's lists make from the state vLLM's call
+    meets) and one after it (the tensor the call left, ids the fused counting kernel stored
+    included). Neither read reaches the implementations themselves, so their path across steps
+    is vLLM's: no extra build refreshes a state that vLLM's calls alone would leave stale. The
+    candidate must leave the lists as they were."""
+    sides = ((actual_impl, "actual side"), (expected_impl, "expected side"))
+
+    def same_tokens(when: str) -> None:
+        actual, expected = (tokens_on_a_copy(impl, step.rows, f"{label}: the {name}") for impl, name in sides)
+        assert_same_bits(actual, expected, f"{label}: output token tensor {when} (read from a copy)")
+
+    same_tokens("before the call")
+    lists = [list(row) for row in step.rows]
     expected_logits = expected_impl.apply_all_penalties(*step.on(device))
     actual_logits = actual_impl.apply_all_penalties(*step.on(device))
+    assert [list(row) for row in step.rows] == lists, f"{label}: apply_all_penalties changed the output lists"
     assert_same_bits(actual_logits, expected_logits, f"{label}: penalized logits")
-    if penalize_first:
-        tokens()
+    same_tokens("after the call")
+
+
+# What a builder that lets a bad id through fails with (upstream's own failures: scatter_add_'s
+# index check, a tensor build); compared with the reference's InvalidTokenId, not raised past it.
+BAD_ID_ERRORS = (ValueError, RuntimeError, IndexError, OverflowError)
 
 
 class PenaltiesChecks(Checks):
-    """At every sampler step of a program: the padded output-token tensor (shape, dtype int64,
-    values) and the penalized logits, bit for bit, on the same device. Bad ids: the same
-    InvalidTokenId on both sides, and agreement again once the id is fixed."""
+    """At every sampler step of a program, each side called once, as the v1 sampler calls it
+    (`apply_all_penalties`): the penalized logits, and the padded output-token tensor (shape,
+    dtype int64, values) read from copies before and after the call, bit for bit, on the same
+    device. Bad ids: the same InvalidTokenId on both sides, and agreement again once the id is
+    fixed."""
 
     hotpath = "penalties"
     case_type = PenaltiesProgram
@@ -350,8 +369,7 @@ class PenaltiesChecks(Checks):
         first = expected.factory(case.vocab_size, device, run.batch)
         second = actual.factory(case.vocab_size, device, run.batch)
         for i, step in enumerate(run.steps()):
-            assert_same_step(second, first, step, device, f"step {i} ({actual.label} vs {expected.label})",
-                             penalize_first=i % 2 == 1)
+            assert_same_step(second, first, step, device, f"step {i} ({actual.label} vs {expected.label})")
 
     def error_cases(self):
         from strategies import poisoned_programs
@@ -360,10 +378,9 @@ class PenaltiesChecks(Checks):
 
     def refuse_alike(self, case: PoisonedProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         """An id below -1 or above V (or not an integer), replacing one or appended in a step's
-        new ids, raises InvalidTokenId naming the same place on both sides; once it is fixed (to
-        0), the sides agree again."""
-        from vllm_hotpaths.penalties import InvalidTokenId
-
+        new ids, makes the next `apply_all_penalties` raise InvalidTokenId naming the same place
+        on both sides; once it is fixed (to 0), the sides agree again. Every call is one the
+        sampler makes: one `apply_all_penalties` per step (`assert_same_step`)."""
         run = PenaltiesRun(case.program)
         first = expected.factory(case.vocab_size, device, run.batch)
         second = actual.factory(case.vocab_size, device, run.batch)
@@ -375,12 +392,12 @@ class PenaltiesChecks(Checks):
         row, pos = poisoned
         note(f"invalid id: {case.bad}, " + ("appended to every row" if case.append else "replaced"))
         errors = []
-        for impl in (first, second):
+        for impl in (first, second):  # the sampler's next call, with the bad id in its lists
             try:
-                impl.output_tokens(step.rows)
+                impl.apply_all_penalties(*step.on(device))
                 errors.append("no error")
-            except InvalidTokenId as err:
-                errors.append(f"InvalidTokenId: {err}")
+            except BAD_ID_ERRORS as err:
+                errors.append(f"{type(err).__name__}: {err}")
         assert errors[0].startswith("InvalidTokenId"), f"{expected.label} accepted the bad id"
         assert errors[1] == errors[0], f"{actual.label}: {errors[1]!r}, {expected.label}: {errors[0]!r}"
         row[pos] = 0

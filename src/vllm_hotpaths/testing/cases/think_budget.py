@@ -46,7 +46,7 @@ from vllm_hotpaths import registry
 from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.testing import fixtures
 from vllm_hotpaths.testing.bits import assert_same_bits
-from vllm_hotpaths.testing.cases import Ops, note
+from vllm_hotpaths.testing.cases import Ops, note, read_on_a_copy
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Judge, Side, compare_plainly
 from vllm_hotpaths.think_budget import (BatchUpdate, InvalidBudget, InvalidThinkConfig, Move, Params,
                                         ThinkConfig)
@@ -204,9 +204,13 @@ class ThinkRun:
         self.k = program.num_spec_tokens
         self.markers = set(program.start_ids) | set(program.end_ids)
         self.forced: dict[str, dict[int, int]] = {}  # pass -> logits row -> forced id
+        self.tracked = False  # the expected holder's last has_tracked_requests() answer
 
     def observe(self, call: HolderCall, result) -> None:
-        """Remember which ids the reference forced, for the `obey` operation."""
+        """Remember the expected holder's answers: whether it tracks requests (which decides
+        whether the sampler's pass calls it on), and which ids it forced (for `obey`)."""
+        if call.method == "has_tracked_requests":
+            self.tracked = bool(result)
         if call.method == "apply_to_logits" and isinstance(result, torch.Tensor) and result.numel():
             rows = result.float().abs().amax(dim=1) >= 1e8  # a forced 1e9 (inf in fp16)
             ids = result.float().argmax(dim=1)
@@ -323,23 +327,40 @@ class ThinkRun:
             yield HolderCall("sync_batch", "sync_batch", (update,))
 
     def _sampler(self, seed: int, spec_as_none: bool) -> Iterator[HolderCall]:
+        """The sampler's calls, as vLLM's make them: each pass asks `has_tracked_requests()`
+        first and calls `update_state` / `apply_to_logits` only when it says True (vLLM's
+        `Sampler.apply_logits_processors` and `RejectionSampler.apply_logits_processors`); with
+        drafts, the bonus pass (the sampler, `predict_bonus_token=True`) comes before the
+        target pass (the rejection sampler). The answer is the expected holder's (`observe`);
+        both must give it."""
         requests = self.batch.slots
         spec = [list(r.drafts) for r in requests]
         outputs = [r.output for r in requests]
         vocab, dtype = self.program.vocab_size, self.program.logits_dtype
         if not self.k:
             spec_arg = None if spec_as_none else spec
-            yield HolderCall("update_state", "update_state", (outputs, spec_arg))
-            yield HolderCall("apply (no spec)", "apply_to_logits", (False, spec_arg),
-                             _seeded_logits(seed, len(requests), vocab, dtype, self.device))
+            if (yield from self._tracked("apply (no spec)")):
+                yield HolderCall("update_state", "update_state", (outputs, spec_arg))
+                yield HolderCall("apply (no spec)", "apply_to_logits", (False, spec_arg),
+                                 _seeded_logits(seed, len(requests), vocab, dtype, self.device))
             return
         if self.combined_rows:
             outputs = [[*o, *s] if s else o for o, s in zip(outputs, spec)]
-        yield HolderCall("update_state", "update_state", (outputs, spec))
-        yield HolderCall("apply (bonus pass)", "apply_to_logits", (True, spec),
-                         _seeded_logits(seed, len(requests), vocab, dtype, self.device))
-        yield HolderCall("apply (target pass)", "apply_to_logits", (False, spec),
-                         _seeded_logits(seed + 1, sum(map(len, spec)), vocab, dtype, self.device))
+        if (yield from self._tracked("apply (bonus pass)")):
+            yield HolderCall("update_state", "update_state", (outputs, spec))
+            yield HolderCall("apply (bonus pass)", "apply_to_logits", (True, spec),
+                             _seeded_logits(seed, len(requests), vocab, dtype, self.device))
+        if (yield from self._tracked("apply (target pass)")):
+            yield HolderCall("apply (target pass)", "apply_to_logits", (False, spec),
+                             _seeded_logits(seed + 1, sum(map(len, spec)), vocab, dtype, self.device))
+
+    def _tracked(self, apply_label: str) -> Iterator[HolderCall]:
+        """Ask `has_tracked_requests()`; True when the pass goes on. A pass that does not run
+        forced nothing (what `obey` reads)."""
+        yield HolderCall("has_tracked_requests", "has_tracked_requests")
+        if not self.tracked:
+            self.forced[apply_label] = {}
+        return self.tracked
 
 
 # -- the comparison --------------------------------------------------------------------------------
@@ -351,10 +372,20 @@ class _Stop(Exception):
     """Both holders raised the same error: the case ends there."""
 
 
+def states_on_a_copy(run: ThinkRun, holder, label: str) -> dict:
+    """`holder.states()` read from a deep copy sharing the batch's lists: `states` is the checks'
+    read, not a call vLLM makes, so the holder itself never gets it."""
+    lists = [lst for r in run.batch.live for lst in (r.output, r.prompt, r.drafts) if lst is not None]
+    return read_on_a_copy(holder, lambda twin: twin.states(), keep=lists, label=label)
+
+
 def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> tuple[int, int]:
     """Apply one operation; every holder call must give the same result on both holders.
     Returns (rows forcing their end marker, of which past the first draft) summed over the
-    calls: targets that steer generation towards forcing."""
+    calls: targets that steer generation towards forcing. The holders get only the calls
+    vLLM makes (`ThinkRun.apply`); the per-row states compared after each call are read with
+    `states()` from the expected holder (a reference, or vLLM's own) and from a copy of the
+    actual one."""
     forcing = past_first_draft = 0
     for call in run.apply(op):
         where = f"{label}, op {op[0]!r}, {call.label}"
@@ -370,9 +401,12 @@ def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> tuple[int, i
         if want_kind == "raised":
             assert got == want, f"{where}: different errors"
             raise _Stop
+        if call.method == "has_tracked_requests":
+            assert bool(got) == bool(want), f"{where}: {got!r}, expected {want!r}"
+            continue  # a question: nothing changed
         if isinstance(want, torch.Tensor):
             assert_same_bits(got, want, f"{where}: logits")
-        want_states, got_states = expected.states(), actual.states()
+        want_states, got_states = expected.states(), states_on_a_copy(run, actual, where)
         # Fields the expected holder does not have (a later version's, in a drift check) are not compared.
         fields = set().union(*want_states.values())
         got_states = {r: {k: v for k, v in s.items() if k in fields or not fields} for r, s in got_states.items()}

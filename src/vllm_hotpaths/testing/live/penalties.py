@@ -14,6 +14,9 @@ class LivePenalties:
         self.device = torch.device(device)
         self._penalties = import_vllm("vllm.v1.sample.ops.penalties")
 
+    def __deepcopy__(self, memo):
+        return self  # no state of its own (upstream's functions, called afresh every step)
+
     def output_tokens(self, rows):
         # What `apply_all_penalties` builds before penalizing.
         tokens = self._penalties._convert_to_tensors(rows, self.vocab_size, self.device)
@@ -34,6 +37,9 @@ class LiveRepetitionOp(ReferencePenalties):
         self._op = compiled_op("apply_repetition_penalties_")
         if self._op is None:
             raise ImportError("vLLM's compiled op apply_repetition_penalties_ cannot be loaded")
+
+    def __deepcopy__(self, memo):
+        return self  # no state of its own (the reference's builder and vLLM's op)
 
     def _repetition(self, logits, prompt_mask, output_mask, penalties) -> None:
         if logits.is_cuda and logits.is_contiguous():

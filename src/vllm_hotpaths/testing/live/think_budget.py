@@ -39,6 +39,9 @@ class LiveThinkBudget:
         self.holder.sync_batch(self._batch_update(
             batch_size=update.batch_size, removed=list(update.removed), added=added, moved=moved))
 
+    def has_tracked_requests(self) -> bool:
+        return self.holder.has_tracked_requests()
+
     def update_state(self, rows, spec_token_ids=None, repeat_indices=None) -> None:
         self.holder.update_state(rows, spec_token_ids, repeat_indices)
 
