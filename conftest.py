@@ -1,6 +1,6 @@
 """Suite-wide configuration: Hypothesis profiles, devices, candidates, fixtures of failures.
 
-- Profiles `dev` (default), `ci` (default when CI=true), `gate`, `soak`: `--hypothesis-profile`.
+- Profiles `smoke`, `dev` (default), `ci` (default when CI=true), `gate`, `soak`: `--hypothesis-profile`.
 - Properties taking `device` run on cpu and on cuda; cuda skips without a GPU unless
   `--require-cuda`, which makes a missing GPU a failure.
 - Properties taking `candidate` run once per fast implementation of their hot path (marker
@@ -44,6 +44,7 @@ _common = dict(
     report_multiple_bugs=False,
     print_blob=True,
 )
+settings.register_profile("smoke", max_examples=10, derandomize=True, **_common)  # every row runs, briefly
 settings.register_profile("dev", max_examples=60, **_common)
 settings.register_profile("ci", max_examples=150, derandomize=True, **_common)
 settings.register_profile("gate", max_examples=1500, derandomize=True, **_common)

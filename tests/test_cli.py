@@ -22,7 +22,7 @@ def check_report_shape(report):
 
 
 def test_gate_passes_and_writes_reports(run_cli, tmp_path):
-    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--report-dir", str(tmp_path))
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--report-dir", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "gate-report.json").read_text())
     check_report_shape(report)
@@ -35,7 +35,7 @@ def test_gate_passes_and_writes_reports(run_cli, tmp_path):
 
 
 def test_gate_runs_only_the_named_hot_path(run_cli, tmp_path):
-    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--hotpath", "swap_states",
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--hotpath", "swap_states",
                      "--report-dir", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "gate-report.json").read_text())
@@ -63,7 +63,7 @@ def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path
 def test_gate_require_cuda_fails_without_a_gpu(run_cli, tmp_path):
     import torch
 
-    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--require-cuda",
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--require-cuda",
                      "--hotpath", "penalties", "--report-dir", str(tmp_path))
     assert (result.returncode == 0) == torch.cuda.is_available(), result.stdout[-3000:]
 
@@ -137,7 +137,7 @@ def test_gate_for_a_version_without_a_recipe_names_the_recipes(run_cli, tmp_path
 def test_gate_writes_junit_and_fails_on_a_skip_when_asked(run_cli, tmp_path):
     import torch
 
-    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "dev", "--hotpath", "penalties",
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--hotpath", "penalties",
                      "--report-dir", str(tmp_path), "--junit-xml", str(tmp_path / "junit.xml"),
                      "--fail-on-skip")
     assert "<testsuite" in (tmp_path / "junit.xml").read_text()

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     gate = sub.add_parser("gate", help="run every hot path's properties and conformance checks",
                           formatter_class=defaults)
     gate.add_argument("--profile", default="gate", choices=PROFILES,
-                      help="Hypothesis profile: examples per property (dev 60, ci 150, gate 1500, soak 25000)")
+                      help="Hypothesis profile: examples per property (smoke 10, dev 60, ci 150, gate 1500, soak 25000)")
     gate.add_argument("--seed", type=int, default=None,
                       help="Hypothesis' seed, to replay a run (its report names the seed); default: a fresh one")
     gate.add_argument("--timeout", type=float, default=None, metavar="SECONDS",

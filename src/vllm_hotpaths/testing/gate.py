@@ -154,7 +154,7 @@ def table(rows: list[Row]) -> str:
                      + [fmt(line) for line in lines[1:]])
 
 
-PROFILES = ("dev", "ci", "gate", "soak")  # Hypothesis profiles the gate takes, smallest first
+PROFILES = ("smoke", "dev", "ci", "gate", "soak")  # Hypothesis profiles the gate takes, smallest first
 
 
 @dataclass

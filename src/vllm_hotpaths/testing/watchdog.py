@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 # Seconds per test, by Hypothesis profile: about ten times the slowest property measured under
 # `ci` (109 s; docs/gate.md names the command), scaled by each profile's examples; 0: no limit.
-DEFAULT_SECONDS = {"dev": 600, "ci": 1200, "quality": 2400, "gate": 7200, "replay": 600, "soak": 0}
+DEFAULT_SECONDS = {"smoke": 600, "dev": 600, "ci": 1200, "quality": 2400, "gate": 7200, "replay": 600, "soak": 0}
 
 
 class TimedOut(BaseException):
