@@ -137,6 +137,15 @@ class NoIdValidation(IncrementalPenalties):
         return values
 
 
+class FifteenBitSteadyIds(IncrementalPenalties):
+    """Packs each steady-step write into one 32-bit word, 17 bits of column and 15 of id (one
+    small copy per step): right while every id is below 32,768, wrong for the upper part of
+    every real vocabulary (the pad V included)."""
+
+    def _write_one_per_row(self, cols, values):
+        super()._write_one_per_row(cols, np.asarray(values, dtype=np.int64) & 0x7FFF)
+
+
 # mutant -> the law expected to catch it (properties/test_<law>.py)
 MUTANTS = {
     "PadWithZero": "equivalence",
@@ -148,4 +157,5 @@ MUTANTS = {
     "DividesOnCpu": "equivalence",
     "PresenceBeforeFrequency": "equivalence",
     "NoIdValidation": "errors",
+    "FifteenBitSteadyIds": "equivalence",
 }
