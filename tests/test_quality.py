@@ -1,10 +1,13 @@
 """The quality set: every deliberately wrong candidate is caught by the `ci` profile, and the
-failure writes a shrunk regression fixture that the failure message names.
+failure writes a shrunk regression fixture that the failure message names (or, where it shrank to
+the very case committed for that candidate, names that committed fixture).
 
 Committed fixtures are not replayed here (VLLM_HOTPATHS_NO_REPLAY=1): generation alone must find
 each bug, so the committed counterexamples are a second net, not the only one."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,8 @@ from properties.quality import penalties as penalties_mutants
 from properties.quality import recovered_tokens as recovered_tokens_mutants
 from properties.quality import swap_states as swap_states_mutants
 from properties.quality import think_budget as think_budget_mutants
+
+SUITE_ROOT = Path(__file__).parent.parent
 
 
 @pytest.mark.parametrize("mutant, law", penalties_mutants.MUTANTS.items())
@@ -32,9 +37,15 @@ def assert_caught_with_fixture(result, fixture_dir, hotpath: str, mutant: str) -
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert failure_types(fixture_dir / "junit.xml") == ["AssertionError"], result.stdout[-3000:]
     written = list((fixture_dir / hotpath).glob("*.json"))
-    assert len(written) == 1
-    assert str(written[0]) in result.stdout
-    record = json.loads(written[0].read_text())
+    if written:
+        assert len(written) == 1
+        assert str(written[0]) in result.stdout
+        path = written[0]
+    else:  # shrunk to the very case committed for this mutant (not replayed): the output names it
+        named = re.search(r"failed on the committed fixture (\S+\.json)", result.stdout)
+        assert named, result.stdout[-3000:]
+        path = SUITE_ROOT / named.group(1)
+    record = json.loads(path.read_text())
     assert record["hotpath"] == hotpath and mutant in record["source"]
 
 
