@@ -180,3 +180,7 @@ MUTANTS = {
     "NoVacatedBlockClear033": ("0.33.0", "equivalence"),
     "MaskScratchOf32K": ("0.22.0", "equivalence"),
 }
+
+# Caught by `ci`'s one derandomized draw on most code states but not all (an empty row swapped
+# needs a rare run): run with the `quality` profile (600 examples).
+NEED_MORE_EXAMPLES = {"MutatesBeforeRefusing"}
