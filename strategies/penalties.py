@@ -16,8 +16,11 @@ SPECIAL_LOGITS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 1e-40
                   3.4e38, -3.4e38, 1.0, -1.0)
 REPETITION_EDGES = (1.0, 1.0000001, 0.99999994, 1e-30, 1e30, 2.0, 0.5)
 PRESENCE_EDGES = (0.0, -0.0, 2.0, -2.0, 1.5, 1e-7)
-# Around powers of two, tiny vocabularies, and one real vocabulary size.
-VOCAB_EDGES = (1, 2, 3, 7, 8, 9, 31, 32, 33, 64, 151936)
+# Around powers of two and tiny vocabularies; real sizes (one program in ten, short, with small
+# batches: each step costs O(V)): ids past int16 and uint16, a pad V that no 15-bit field holds.
+VOCAB_EDGES = (1, 2, 3, 7, 8, 9, 31, 32, 33, 64)
+REAL_VOCABS = (32768, 32769, 50257, 151936, 262144)
+WIDE_ID_EDGES = (2**15 - 1, 2**15, 2**16 - 1, 2**16, 2**17)
 
 
 
@@ -28,7 +31,9 @@ def _f32(x: float) -> float:
 
 
 def token_ids(vocab_size: int) -> st.SearchStrategy[int]:
-    edges = st.sampled_from(sorted({0, vocab_size - 1, vocab_size}))
+    edges = st.sampled_from(sorted({0, vocab_size - 1, vocab_size} | {e for e in WIDE_ID_EDGES if e < vocab_size}))
+    if vocab_size > 2**15:  # Hypothesis favours small integers: draw from the upper range too
+        return st.one_of(st.integers(0, vocab_size - 1), st.integers(2**15, vocab_size - 1), edges)
     return st.one_of(st.integers(0, vocab_size - 1), edges)
 
 
@@ -67,9 +72,14 @@ def decode_runs(draw, program: PenaltiesProgram) -> PenaltiesProgram:
 
 @st.composite
 def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> PenaltiesProgram:
-    vocab = draw(st.one_of(st.sampled_from([v for v in VOCAB_EDGES if v <= max_vocab]),
-                           st.integers(1, max_vocab)))
-    max_num_reqs = draw(st.integers(1, 6))
+    real = draw(st.integers(0, 9)) == 9  # the last value: shrinking leaves the small vocabularies
+    if real:
+        vocab = draw(st.sampled_from(REAL_VOCABS))
+        note("real vocabulary (>= 32,768)")
+    else:
+        vocab = draw(st.one_of(st.sampled_from([v for v in VOCAB_EDGES if v <= max_vocab]),
+                               st.integers(1, max_vocab)))
+    max_num_reqs = draw(st.integers(1, 2 if real else 6))
     max_model_len = draw(st.sampled_from([4, 16, 64]))
     tok = token_ids(vocab)
     short = lambda elems, n=4, least=0: st.lists(elems, min_size=least, max_size=n).map(tuple)  # noqa: E731
@@ -107,7 +117,7 @@ def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penalti
     # Each operation is followed by a sampler step or not: steps land between all transitions.
     ops = []
     for transition, then_step in draw(st.lists(st.tuples(op, st.one_of(st.none(), step)),
-                                               min_size=1, max_size=max_ops)):
+                                               min_size=1, max_size=4 if real else max_ops)):
         ops += [transition] if then_step is None else [transition, then_step]
     final = draw(step)
     return PenaltiesProgram(vocab, max_num_reqs, max_model_len, tuple(prelude + ops + [final]))

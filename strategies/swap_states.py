@@ -6,17 +6,27 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.testing.cases.swap_states import SAMPLINGS
+
+
+# Real vocabulary sizes, in one program of eight with at most three rows: the allowed-id mask's
+# rows then span more than 32,768 columns, and its ids and the token ids go past 16 bits.
+REAL_VOCABS = (32768, 32769, 50257, 151936, 262144)
 
 
 # -- strategies -------------------------------------------------------------------------------
 @st.composite
 def programs_header(draw, pooling=None) -> dict:
     max_model_len = draw(st.one_of(st.integers(9, 48), st.integers(9, 48), st.integers(1, 8)))
+    vocab_size, max_num_reqs = draw(st.integers(2, 24)), draw(st.integers(1, 6))
+    if draw(st.integers(0, 7)) == 7:  # the last value: shrinking leaves the small vocabularies
+        vocab_size, max_num_reqs = draw(st.sampled_from(REAL_VOCABS)), min(max_num_reqs, 3)
+        note("real vocabulary (>= 32,768)")
     return dict(
-        max_num_reqs=draw(st.integers(1, 6)),
+        max_num_reqs=max_num_reqs,
         max_model_len=max_model_len,
-        vocab_size=draw(st.integers(2, 24)),
+        vocab_size=vocab_size,
         block_sizes=tuple(draw(st.lists(st.sampled_from((1, 2, 4, 16)), min_size=1, max_size=2))),
         pooling=draw(st.sampled_from((False, False, False, True))) if pooling is None else pooling,
     )

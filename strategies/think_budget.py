@@ -22,6 +22,8 @@ MARKER_SHAPES = (
     ((), (8, 9)), ((7,), ()), ((5, 6), (5,)), ((9, 9), (9, 9, 9)), ((7,), (8, 9, 8)),
 )
 BUDGET_EDGES = (0, 1, 2, 3, 5, 8, 2**31 - 1, 10**18)
+REAL_VOCABS = (32769, 50257, 151936, 262144)
+REAL_VOCAB_OPS = 12  # a run over a real vocabulary stops after this many operations (O(V) each)
 
 
 @st.composite
@@ -33,8 +35,16 @@ def think_configs(draw, spec: bool) -> dict:
     ))
     k = draw(st.integers(1, 3)) if spec else 0
     note(f"markers |start|={len(start)} |end|={len(end)}, k={k}")
-    return dict(start_ids=start, end_ids=end, vocab_size=draw(st.sampled_from((10, 12, 33))),
-                max_num_seqs=draw(st.integers(1, 5)), num_spec_tokens=k,
+    vocab, max_num_seqs = draw(st.sampled_from((10, 12, 33))), draw(st.integers(1, 5))
+    if draw(st.integers(0, 7)) == 7:  # the last value: shrinking leaves the small vocabularies
+        # A real vocabulary, markers among its last ids (where tokenizers add them), two rows,
+        # a short run (REAL_VOCAB_OPS).
+        vocab = draw(st.sampled_from(REAL_VOCABS))
+        start, end = tuple(vocab - 10 + t for t in start), tuple(vocab - 10 + t for t in end)
+        max_num_seqs = min(max_num_seqs, 2)
+        note("real vocabulary (>= 32,768), markers at its end")
+    return dict(start_ids=start, end_ids=end, vocab_size=vocab,
+                max_num_seqs=max_num_seqs, num_spec_tokens=k,
                 logits_dtype=draw(st.sampled_from(LOGITS_DTYPES)))
 
 
@@ -130,6 +140,8 @@ class ThinkDraws:
         runs = st.one_of(full, full, token_runs(config, k, self.tokens)).map(tuple)
         self.drafts = st.lists(runs, min_size=1, max_size=4).map(tuple)
         self.extra_placeholders = small_counts(k)
+        # where a run stops: operations over a real vocabulary cost O(V) each
+        self.max_ops = REAL_VOCAB_OPS if config["vocab_size"] > 2**15 else None
 
 
 # -- bad configuration -----------------------------------------------------------------------------

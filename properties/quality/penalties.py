@@ -164,6 +164,15 @@ class NewIdsStoredByOutputTokens(IncrementalPenalties):
         return apply_penalties_(logits, prompt_tokens, tokens, presence, frequency, repetition)
 
 
+class FifteenBitSteadyIds(IncrementalPenalties):
+    """Packs each steady-step write into one 32-bit word, 17 bits of column and 15 of id (one
+    small copy per step): right while every id is below 32,768, wrong for the upper part of
+    every real vocabulary (the pad V included)."""
+
+    def _write_one_per_row(self, cols, values):
+        super()._write_one_per_row(cols, np.asarray(values, dtype=np.int64) & 0x7FFF)
+
+
 # mutant -> the law expected to catch it (properties/test_<law>.py)
 MUTANTS = {
     "PadWithZero": "equivalence",
@@ -176,4 +185,5 @@ MUTANTS = {
     "PresenceBeforeFrequency": "equivalence",
     "NoIdValidation": "errors",
     "NewIdsStoredByOutputTokens": "equivalence",
+    "FifteenBitSteadyIds": "equivalence",
 }

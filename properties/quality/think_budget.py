@@ -136,6 +136,19 @@ class NoVocabCheck(WatermarkThinkBudget033):
         self.config, self.start, self.end = config, list(config.start_ids), list(config.end_ids)
 
 
+class MarkerTablePrefilter(WatermarkThinkBudget):
+    """Skips the marker search when a 32,768-entry lookup table of marker ids says no marker
+    could be there; ids past the table read as "not a marker", so a marker among a real
+    vocabulary's last ids is never found."""
+
+    TABLE_SIZE = 2**15
+
+    def _last_index(self, state, marker, offset):
+        if any(t >= self.TABLE_SIZE for t in marker):
+            return -1
+        return super()._last_index(state, marker, offset)
+
+
 # mutant -> (the reference version it targets, the law expected to catch it: properties/test_<law>.py)
 MUTANTS = {
     "PrimeRLWatermark": ("0.22.0", "equivalence"),
@@ -148,6 +161,7 @@ MUTANTS = {
     "ForcesInfinity": ("0.33.0", "equivalence"),
     "AcceptsNegativeBudget033": ("0.33.0", "errors"),
     "NoVocabCheck": ("0.33.0", "errors"),
+    "MarkerTablePrefilter": ("0.22.0", "equivalence"),
 }
 
 # Caught by the `ci` profile on most seeds, not all (fresh seeds, 150 examples: NoOverlap and

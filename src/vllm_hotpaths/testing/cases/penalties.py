@@ -308,6 +308,8 @@ class PenaltiesRun:
                 note("interior -1" if first_real_after else "trailing -1 run")
             if vocab_size in r:
                 note("pad id V inside a row")
+            if any(t >= 2**15 for t in r):
+                note("an id >= 32,768 in a row")
 
 
 # -- the comparison -------------------------------------------------------------------------

@@ -411,6 +411,9 @@ def machine(make_sides, observer, log: CaseLog, valid_only: bool = False):
 
     from strategies import add_ops, programs_header
 
+    # small ids, or any id of a real vocabulary's range (taken modulo, or capped by, the program's)
+    ANY_ID = st.one_of(st.integers(0, 23), st.integers(0, 2**18 - 1))
+
     class SwapStatesMachine(RuleBasedStateMachine):
         @initialize(header=programs_header(), data=st.data(), requests=st.integers(1, 6))
         def start(self, header, data, requests):
@@ -463,11 +466,11 @@ def machine(make_sides, observer, log: CaseLog, valid_only: bool = False):
             else:
                 self.do("remove", self._request(data))
 
-        @rule(data=st.data(), drafts=st.lists(st.integers(0, 23), min_size=1, max_size=4).map(tuple))
+        @rule(data=st.data(), drafts=st.lists(ANY_ID, min_size=1, max_size=4).map(tuple))
         def drafts(self, data, drafts):
             self.do("drafts", self._request(data), tuple(d % self.header["vocab_size"] for d in drafts))
 
-        @rule(data=st.data(), token=st.integers(-1, 23))
+        @rule(data=st.data(), token=st.one_of(st.integers(-1, 23), ANY_ID))
         def token(self, data, token):
             self.do("token", self._request(data), min(token, self.header["vocab_size"] - 1))
 

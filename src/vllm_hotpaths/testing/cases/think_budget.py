@@ -212,8 +212,9 @@ class ThinkRun:
         if call.method == "has_tracked_requests":
             self.tracked = bool(result)
         if call.method == "apply_to_logits" and isinstance(result, torch.Tensor) and result.numel():
-            rows = result.float().abs().amax(dim=1) >= 1e8  # a forced 1e9 (inf in fp16)
-            ids = result.float().argmax(dim=1)
+            values = result.float()  # converted once: rows may span a real vocabulary
+            rows = values.abs().amax(dim=1) >= 1e8  # a forced 1e9 (inf in fp16)
+            ids = values.argmax(dim=1)
             self.forced[call.label] = {int(r): int(ids[r]) for r in rows.nonzero().flatten()}
 
     def _row(self, row: int) -> Request | None:
@@ -470,6 +471,8 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
                 self.add(data, data.draw(BOOLEANS, label="tracked"))
 
         def do(self, *op) -> None:
+            if self.draws.max_ops is not None and len(self.ops) >= self.draws.max_ops:
+                self.stopped = True
             if self.stopped:
                 return
             self.ops.append(op)
