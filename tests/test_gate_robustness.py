@@ -115,5 +115,5 @@ def test_version_and_option_defaults_are_shown(run_cli):
 
     assert run_cli("-m", "vllm_hotpaths.cli", "--version").stdout.strip() == f"vllm-hotpaths {version('vllm-hotpaths')}"
     help_text = " ".join(run_cli(*GATE, "--help").stdout.split())
-    assert "Hypothesis profile: examples per property (dev 60, ci 150, gate 1500, soak 25000) (default: gate)" in help_text
+    assert "Hypothesis profile: examples per property (smoke 10, dev 60, ci 150, gate 1500, soak 25000) (default: gate)" in help_text
     assert "(default: .)" in help_text  # --report-dir
