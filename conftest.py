@@ -69,11 +69,15 @@ def pytest_addoption(parser):
     group.addoption("--time-limit", type=float, default=None, metavar="SECONDS",
                     help="fail a test that runs longer (default: by Hypothesis profile, "
                          + ", ".join(f"{p} {s:g} s" for p, s in DEFAULT_TIMEOUTS.items()) + "; 0: none)")
+    group.addoption("--no-shrink", action="store_true",
+                    help="report (and write as a fixture) the first failing example as found, "
+                         "without shrinking it: the same examples are drawn, the failure comes sooner")
 
 
 @pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded the chosen profile
 def pytest_configure(config):
     honour_seed(config)
+    skip_shrinking(config)
     for line in (
         "hotpath(name): the hot path a property belongs to",
         "check(kind): equivalence (candidate vs reference), conformance (reference vs vLLM) or "
@@ -121,6 +125,16 @@ def honour_seed(config) -> None:
         settings.load_profile(f"{name}-seeded")
 
 
+def skip_shrinking(config) -> None:
+    """`--no-shrink`: the same profile without Hypothesis' shrink phase. Which examples are drawn,
+    and so which bugs are found, does not change; only the time spent minimising a failure."""
+    if config.getoption("no_shrink"):
+        name = settings.get_current_profile_name()
+        phases = [phase for phase in settings.default.phases if phase is not Phase.shrink]
+        settings.register_profile(f"{name}-unshrunk", parent=settings.get_profile(name), phases=phases)
+        settings.load_profile(f"{name}-unshrunk")
+
+
 def pytest_report_header(config):
     seed = config.getoption("hypothesis_seed", None)
     limit = time_limit(config)
@@ -133,7 +147,7 @@ def pytest_report_header(config):
 
 
 def profile_name(config) -> str:
-    return (config.getoption("hypothesis_profile", None) or settings.get_current_profile_name()).removesuffix("-seeded")
+    return (config.getoption("hypothesis_profile", None) or settings.get_current_profile_name()).removesuffix("-unshrunk").removesuffix("-seeded")
 
 
 def time_limit(config) -> float:

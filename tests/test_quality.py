@@ -1,5 +1,9 @@
 """The quality set: every deliberately wrong candidate is caught by the `ci` profile, and the
-failure writes a shrunk regression fixture that the failure message names.
+failure writes a regression fixture that the failure message names.
+
+The runs pass `--no-shrink`: the examples drawn are the profile's own, so what is caught is what
+the profile catches, while shrinking (most of the time of a failing run) is left out here. The
+shrunk fixture a failing run writes is tested in tests/test_gate_robustness.py.
 
 Committed fixtures are not replayed here (VLLM_HOTPATHS_NO_REPLAY=1): generation alone must find
 each bug, so the committed counterexamples are a second net, not the only one. Nor are they
@@ -27,7 +31,7 @@ def generation_only(tmp_path) -> dict[str, str]:
 @pytest.mark.parametrize("mutant, law", penalties_mutants.MUTANTS.items())
 def test_penalties_mutant_is_caught(mutant, law, run_cli, tmp_path):
     result = run_cli(
-        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
+        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", "penalties and cpu", "--hypothesis-profile", "ci",
         "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
         **generation_only(tmp_path),
@@ -74,7 +78,7 @@ def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp
     module = {"think_budget": think_budget_mutants, "swap_states": swap_states_mutants}[hotpath]
     profile = "quality" if mutant in getattr(module, "NEED_MORE_EXAMPLES", ()) else "ci"
     result = run_cli(
-        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
+        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", keyword, "--hypothesis-profile", profile,
         "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}",
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path),
@@ -91,7 +95,7 @@ def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
     """Triton kernels interpreted on the CPU; `IEEEDivision` shows only on CUDA (the GPU run)."""
     version, law, _ = CPU_RECOVERY_MUTANTS[mutant]
     result = run_cli(
-        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
+        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", "recovered_tokens and cpu", "--hypothesis-profile", "ci",
         "--impl", f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
@@ -110,7 +114,7 @@ def test_logits_copy_mutant_is_caught(mutant, run_cli, tmp_path):
         target, selected = "properties/test_logits_copy.py", f"{caught_by} and cpu"
     profile = "quality" if mutant in logits_copy_mutants.NEED_MORE_EXAMPLES else "ci"
     result = run_cli(
-        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={tmp_path / 'junit.xml'}",
+        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", selected, "--hypothesis-profile", profile,
         "--impl", f"logits_copy@{logits_copy_mutants.version_of(mutant)}=properties.quality.logits_copy:{mutant}",
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
