@@ -3,20 +3,23 @@
 import json
 from pathlib import Path
 
+from vllm_hotpaths import registry
+
 STATUSES = {"pass", "fail", "skip", "expected-divergence"}
 
 
 def check_report_shape(report):
     assert set(report) == {"vllm_version", "profile", "seed", "command", "environment", "duration_s",
-                           "devices", "partial", "problems", "verdict", "results"}
+                           "devices", "partial", "problems", "verdict", "results", "runner", "runner_choice"}
     assert set(report["environment"]) == {"date", "commit", "python", "torch", "triton", "hypothesis",
                                           "vllm", "cuda_device"}
     assert isinstance(report["seed"], int) and report["verdict"] in ("PASS", "FAIL")
     for row in report["results"]:
-        assert set(row) == {"hotpath", "check", "device", "implementation", "status", "examples",
+        assert set(row) == {"hotpath", "runner", "check", "device", "implementation", "status", "examples",
                             "fixture", "outcomes", "excused", "failures", "skip_reasons"}
         assert row["check"] in {"equivalence", "conformance", "drift", "semantic-change"}
         assert row["device"] in {"cpu", "cuda"}
+        assert row["runner"] == registry.get(row["hotpath"]).runner
         assert row["status"] in STATUSES
         assert isinstance(row["examples"], int)
 
@@ -34,14 +37,35 @@ def test_gate_passes_and_writes_reports(run_cli, tmp_path):
     assert result.stdout.rstrip().splitlines()[-1].startswith("PASS: ")
 
 
-def test_gate_runs_only_the_named_hot_path(run_cli, tmp_path):
+def test_gate_runs_only_the_named_hot_paths_of_the_named_runner(run_cli, tmp_path):
+    """`--hotpath` and `--runner` select together (logits_copy is Model Runner V2's, so `--runner v1`
+    leaves it out); rows carry their runner, and the report says which runner the installed vLLM's
+    own engine configuration picks (0.22: MRv2 for Qwen3 dense only)."""
+    from vllm_hotpaths import vllm_env
+
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--hotpath", "swap_states",
-                     "--report-dir", str(tmp_path))
+                     "--hotpath", "logits_copy", "--runner", "v1", "--report-dir", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "gate-report.json").read_text())
     check_report_shape(report)
     assert {r["hotpath"] for r in report["results"]} == {"swap_states"}
     assert any(r["check"] == "equivalence" and r["status"] == "pass" for r in report["results"])
+    assert report["runner"] == "v1" and "--runner v1" in report["command"]
+    if vllm_env.installed_version() == "0.22.0":
+        assert {a["configuration"]: a["runner"] for a in report["runner_choice"]} == {
+            "Qwen3 dense": "mrv2", "Qwen2 dense": "v1", "Qwen3 dense, ngram speculative decoding": "v1"}
+        assert "  Qwen3 dense: mrv2" in result.stdout, result.stdout[-3000:]
+
+
+def test_runner_selection_and_its_refusal():
+    from vllm_hotpaths.testing.gate import GateOptions
+
+    options = GateOptions(profile="ci", root=Path("."), report_dir=Path("."), runner="mrv2")
+    assert options.selected_hotpaths() == [n for n, hp in registry.HOTPATHS.items() if hp.runner == "mrv2"]
+    assert "logits_copy" in options.selected_hotpaths() and "penalties" not in options.selected_hotpaths()
+    assert "(logits_copy)" in " ".join(options.pytest_args())
+    only_v1 = GateOptions(profile="ci", root=Path("."), report_dir=Path("."), runner="mrv2", hotpaths=["penalties"])
+    assert only_v1.problems() == ["--runner mrv2: none of the hot paths penalties is called by that runner"]
 
 
 def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path):

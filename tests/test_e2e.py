@@ -229,3 +229,11 @@ def test_the_command_refuses_clearly(run_cli, args, message):
     result = run_cli("-m", "vllm_hotpaths.cli", "e2e", *args, CUDA_VISIBLE_DEVICES="")
     assert result.returncode == 2, result.stderr[-2000:]
     assert message in result.stderr
+
+
+def test_each_engine_started_is_named_with_its_runner():
+    results = {"main": {"upstream": {"runner": "mrv2"}, "plugin": {"runner": "mrv2"}},
+               "speculative": {"upstream": {"runner": "v1"}, "plugin": {}}}
+    assert e2e.runner_lines(results) == [
+        "engine main, upstream side: Model Runner V2", "engine main, plugin side: Model Runner V2",
+        "engine speculative, upstream side: Model Runner v1", "engine speculative, plugin side: runner unknown"]

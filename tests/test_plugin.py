@@ -180,3 +180,38 @@ def test_the_engine_device_is_found_without_initializing_cuda(monkeypatch):
 
     assert plugin.engine_device() == "cuda"
     assert not vllm_env._no_gpu()
+
+
+ENGINES = """
+import logging, sys, tempfile
+from pathlib import Path
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(levelname)s %(message)s")
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm_hotpaths.testing import runner_choice
+with tempfile.TemporaryDirectory() as folder:
+    for answer in runner_choice.ask_vllm(Path(folder)):  # three engine configurations, vLLM deciding
+        print("decided", answer)
+"""
+
+
+def test_each_engine_runner_is_named_with_the_patches_it_calls(run_cli, tmp_path):
+    """vLLM 0.22 runs Qwen3 dense on Model Runner V2 and Qwen2 on v1: each runner gets one line,
+    listing only the installed patches that runner calls; no install line claims more."""
+    version = vllm_env.installed_version()
+    if version != "0.22.0":
+        pytest.skip(f"the expected runner choices are those of vLLM 0.22.0, not {version}")
+    path = tmp_path / "validated.json"
+    path.write_text(json.dumps({name: {version: CPU_RECORD} for name in ("logits_copy", "swap_states")}))
+    result = run_cli("-c", ENGINES, VLLM_HOTPATHS_VALIDATED=str(path), VLLM_PLUGINS="vllm_hotpaths",
+                     HF_HUB_OFFLINE="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if "this engine runs" in line]
+    assert [line.split("vllm-hotpaths: ", 1)[1] for line in lines] == [
+        "this engine runs Model Runner V2; installed patches it calls: logits_copy; "
+        "installed but not called by this runner: swap_states",
+        "this engine runs Model Runner v1; installed patches it calls: swap_states; "
+        "installed but not called by this runner: logits_copy",
+    ], result.stdout
+    assert "swap_states installed for vLLM 0.22.0 (InputBatch.swap_states, InputBatch.condense), called by " \
+           "Model Runner v1 engines only" in result.stdout, result.stdout

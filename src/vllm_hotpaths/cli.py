@@ -33,7 +33,7 @@ def _gate(args) -> int:
         workers=args.workers, fixture_dir=Path(args.fixture_dir).resolve() if args.fixture_dir else None,
         hotpaths=args.hotpath or [], record=args.record,
         junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip,
-        seed=args.seed, timeout=args.timeout)
+        seed=args.seed, timeout=args.timeout, runner=args.runner)
     if options.impls and options.fixture_dir is None:  # a candidate's failures stay out of the checkout
         options.fixture_dir = options.report_dir / "fixtures"
     problems = options.problems()
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                            "`vllm-hotpaths contracts` prints what each hot path's candidate provides)")
     gate.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS),
                       help="only this hot path's properties (repeatable; default: all)")
+    gate.add_argument("--runner", default="all", choices=("v1", "mrv2", "all"),
+                      help="only the hot paths whose upstream this model runner calls (v1: Model Runner "
+                           "v1, mrv2: Model Runner V2)")
     gate.add_argument("-n", "--workers", default=None, help="pytest-xdist workers (e.g. auto)")
     gate.add_argument("--report-dir", default=".", help="where gate-report.json/.md are written")
     gate.add_argument("--fixture-dir", default=None,

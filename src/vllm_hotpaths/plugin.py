@@ -12,6 +12,10 @@ installs nothing twice. A hot path the registry holds back (`held_back`: validat
 path is not faster than upstream everywhere it was measured) is not installed; one line says why.
 Each patch falls back to upstream, at run time, for rows it cannot vouch
 for (its module says which).
+
+A patch replaces a function of one model runner (registry `runner`): installed, it is called
+only by engines that run that runner. Once vLLM has decided an engine's runner, one line says
+which runner it is and which installed patches it calls (`runners.watch`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import logging
 import os
 from pathlib import Path
 
-from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths import registry, runners, vllm_env
 
 VALIDATED = Path(__file__).with_name("validated.json")
 logger = logging.getLogger("vllm.vllm_hotpaths")  # shown by vLLM's own log handler
@@ -66,6 +70,19 @@ def installed() -> dict[str, list[str]]:
     return dict(_installed)
 
 
+def called_by(runner: str) -> list[str]:
+    """The installed patches (those that replaced something) that an engine on `runner` calls."""
+    return sorted(name for name, replaced in _installed.items() if replaced and registry.get(name).runner == runner)
+
+
+def announce(runner: str) -> None:
+    """One line per engine runner: which installed patches it calls, which it never reaches."""
+    idle = sorted(name for name, replaced in _installed.items() if replaced and name not in called_by(runner))
+    logger.info("vllm-hotpaths: this engine runs %s; installed patches it calls: %s%s", runners.TITLES[runner],
+                ", ".join(called_by(runner)) or "none",
+                f"; installed but not called by this runner: {', '.join(idle)}" if idle else "")
+
+
 def register() -> dict[str, list[str]]:
     """Install every selected hot path validated for the running vLLM on this engine's device;
     returns what is installed."""
@@ -98,5 +115,8 @@ def register() -> dict[str, list[str]]:
             _installed[name] = []
             continue
         _installed[name] = registry.resolve(registry.get(name).patch)(version)
-        logger.info("vllm-hotpaths: %s installed for vLLM %s (%s)", name, version, ", ".join(_installed[name]))
+        logger.info("vllm-hotpaths: %s installed for vLLM %s (%s), called by %s engines only", name, version,
+                    ", ".join(_installed[name]), runners.TITLES[registry.get(name).runner])
+    if names and not runners.watch(announce):  # no automatic choice: the variable decides
+        runners.announce_once(runners.runner_of(None), announce)
     return dict(_installed)

@@ -44,6 +44,9 @@ class HotPath:
     # Validated, but its fast path is not faster than upstream everywhere it was measured: why,
     # with the docs link to the numbers. The plugin then installs nothing for it.
     held_back: str | None = None
+    # The model runner whose code calls `upstream` (runners.RUNNERS): an engine on the other
+    # runner never calls it, patched or not.
+    runner: str = "v1"
 
     def exists_in(self, vllm_version: str) -> bool:
         return self.since is None or version_key(vllm_version) >= version_key(self.since)
@@ -260,6 +263,7 @@ HOTPATHS: dict[str, HotPath] = {
         triton=True,
         patch="vllm_hotpaths.logits_copy.patch:install",
         checks="vllm_hotpaths.testing.cases.logits_copy:LogitsCopyChecks",
+        runner="mrv2",
         since="0.22.0",  # 0.16's Model Runner v2 sampler has no apply_sampling_params
     ),
 }

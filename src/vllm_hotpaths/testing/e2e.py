@@ -188,9 +188,10 @@ def run_engine(spec: dict, folder: Path) -> dict:
         kwargs.update(speculative_config=SPECULATIVE, disable_log_stats=False)
     began = time.perf_counter()
     llm = LLM(**kwargs)
-    from vllm_hotpaths import plugin
+    from vllm_hotpaths import plugin, runners
 
     result = {"vllm": vllm.__version__, "device": torch.cuda.get_device_name(), "patched": plugin.installed(),
+              "runner": runners.runner_of(llm.llm_engine.vllm_config),
               "startup_s": time.perf_counter() - began, "batches": {}}
     # Warm-up at the largest batch size, with and without penalties: kernels compiled for new
     # shapes or flags would otherwise count against the first timed batch.
@@ -368,6 +369,14 @@ def compare(batches: list[Batch], upstream: dict, plugin: dict, markers: tuple) 
     return rows
 
 
+def runner_lines(results: dict[str, dict[str, dict]]) -> list[str]:
+    """The model runner of each engine started (as vLLM decided it for that engine)."""
+    from vllm_hotpaths import runners
+
+    return [f"engine {name}, {side} side: {runners.TITLES.get(result.get('runner'), 'runner unknown')}"
+            for name, by_side in results.items() for side, result in by_side.items()]
+
+
 def report(rows: list[dict], upstream: dict, plugin: dict, lengths: list[int]) -> tuple[str, bool]:
     """The table and the throughput ratios as text, and whether everything held."""
     problems = []
@@ -470,11 +479,14 @@ def run(args) -> int:
             for row in compare(built[name][0], results[name]["upstream"], results[name]["plugin"], markers)]
     sides = results[engines[0]]
     text, ok = report(rows, sides["upstream"], sides["plugin"], lengths)
+    print("\n".join(runner_lines(results)))
     print(text)
     if args.json:
         summary = {key: sides["upstream"][key] for key in ("vllm", "device")}
-        Path(args.json).write_text(json.dumps(dict(summary, patched=sides["plugin"]["patched"], rows=rows),
-                                              indent=1) + "\n")
+        runners = {name: {side: result.get("runner") for side, result in by_side.items()}
+                   for name, by_side in results.items()}
+        Path(args.json).write_text(json.dumps(dict(summary, patched=sides["plugin"]["patched"], runners=runners,
+                                                   rows=rows), indent=1) + "\n")
     return 0 if ok else 1
 
 

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,6 +37,7 @@ from typing import Callable
 import pytest
 
 from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing import runner_choice
 
 
 @dataclass
@@ -52,6 +54,11 @@ class Row:
     failures: list[dict] = field(default_factory=list)  # test id, message, fixture, replay command
 
     @property
+    def runner(self) -> str:
+        """The model runner that calls this hot path's upstream (registry `runner`)."""
+        return registry.get(self.hotpath).runner if self.hotpath in registry.HOTPATHS else "?"
+
+    @property
     def status(self) -> str:
         if "failed" in self.outcomes:
             return "fail"
@@ -60,7 +67,7 @@ class Row:
         return "expected-divergence" if self.excused else "pass"
 
     def as_json(self) -> dict:
-        return {"hotpath": self.hotpath, "check": self.check, "device": self.device,
+        return {"hotpath": self.hotpath, "runner": self.runner, "check": self.check, "device": self.device,
                 "implementation": self.implementation, "status": self.status,
                 "examples": self.examples, "fixture": self.fixture,
                 "outcomes": self.outcomes, "excused": sorted(self.excused), "failures": self.failures,
@@ -143,9 +150,9 @@ class GatePlugin:
 
 
 def table(rows: list[Row]) -> str:
-    header = ("hot path", "check", "device", "implementation", "status", "examples", "fixture")
+    header = ("hot path", "runner", "check", "device", "implementation", "status", "examples", "fixture")
     lines = [header] + [
-        (r.hotpath, r.check, r.device, r.implementation, r.status, str(r.examples), r.fixture or "")
+        (r.hotpath, r.runner, r.check, r.device, r.implementation, r.status, str(r.examples), r.fixture or "")
         for r in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -177,6 +184,12 @@ class GateOptions:
     fail_on_skip: bool = False
     seed: int | None = None  # Hypothesis' seed (the gate draws one when None)
     timeout: float | None = None  # seconds per property (None: by profile)
+    runner: str = "all"  # only the hot paths this model runner calls (v1, mrv2, all)
+
+    def selected_hotpaths(self) -> list[str]:
+        """The hot paths to check: --hotpath (default all), those of --runner only."""
+        names = self.hotpaths or list(registry.HOTPATHS)
+        return [n for n in names if self.runner == "all" or registry.get(n).runner == self.runner]
 
     def problems(self) -> list[str]:
         """What makes this run impossible, found before anything runs."""
@@ -195,6 +208,9 @@ class GateOptions:
         if self.record and PROFILES.index(self.profile) < PROFILES.index("ci"):
             found.append(f"--record needs the ci profile or a larger one (--profile {self.profile} "
                          "checks too few examples to validate a hot path)")
+        if not self.selected_hotpaths():
+            found.append(f"--runner {self.runner}: none of the hot paths {', '.join(self.hotpaths or registry.HOTPATHS)} is called "
+                         f"by that runner")
         if self.timeout is not None and self.timeout < 0:
             found.append(f"--timeout {self.timeout:g}: seconds, 0 for no limit")
         return found
@@ -205,8 +221,8 @@ class GateOptions:
         `split`: that process runs them, so this one leaves them out."""
         selection = "check" + (" and triton and not needs_cuda" if interpreted else
                                " and not needs_interpreter" if split else "")
-        if self.hotpaths:
-            selection += " and (" + " or ".join(self.hotpaths) + ")"
+        if self.hotpaths or self.runner != "all":
+            selection += " and (" + " or ".join(self.selected_hotpaths()) + ")"
         args = [str(self.root / "properties"), "-q", "-m", selection, "--hypothesis-profile", self.profile,
                 f"--rootdir={self.root}", "--no-header", "-rfE", "--continue-on-collection-errors"]
         args += [f"--hypothesis-seed={self.seed}"] if self.seed is not None else []
@@ -229,6 +245,7 @@ class GateOptions:
         out += ["--junit-xml", str(self.junit_xml)] if self.junit_xml else []
         out += [a for impl in self.impls for a in ("--impl", impl)]
         out += [a for name in self.hotpaths for a in ("--hotpath", name)]
+        out += ["--runner", self.runner] if self.runner != "all" else []
         out += ["-n", self.workers] if self.workers else []
         out += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
         out += ["--seed", str(self.seed)] if self.seed is not None else []
@@ -374,6 +391,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
         print("gate: vLLM is not installed, so conformance cannot be checked (--require-vllm)")
         return 2
     started = time.monotonic()
+    asking = ThreadPoolExecutor(1).submit(runner_choice.choices) if version else None
     plugin = GatePlugin(options.replay_command)
     signal.signal(signal.SIGTERM, interrupted)  # a cancelled CI job still gets its partial report
     partial: list[str] = []
@@ -405,7 +423,10 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     failed = [r for r in rows if r.status == "fail"]
     skipped = [r for r in rows if r.status == "skip"]
     verdict = "FAIL" if failed or partial or code not in (0, 5) or (options.fail_on_skip and skipped) else "PASS"
-    report = {"vllm_version": version, "profile": profile, "seed": options.seed,
+    stopped = any(p.startswith(("interrupted", "pytest stopped")) for p in partial)
+    choice = asking.result() if asking and (asking.done() or not stopped) else []
+    report = {"vllm_version": version, "profile": profile, "seed": options.seed, "runner": options.runner,
+              "runner_choice": choice,
               "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
               "environment": environment(options, version), "duration_s": round(duration, 1),
               "devices": sorted({r.device for r in rows if r.status != "skip"}),
@@ -413,6 +434,8 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
               "results": [r.as_json() for r in rows]}
     write_reports(report, rows, report_dir)
     print("\n" + table(rows))
+    for line in runner_choice.lines(version, choice) if choice else []:
+        print(line)
     for line in skip_lines(rows) + failure_lines(failed) + [f"- partial report: {p}" for p in partial]:
         print(line)
     print(f"\nreports: {report_dir / 'gate-report.json'}, {report_dir / 'gate-report.md'}")
@@ -469,6 +492,8 @@ def write_reports(report: dict, rows: list[Row], report_dir: Path) -> None:
           f"Triton {env['triton']}, Hypothesis {env['hypothesis']}"
           + (f"; {env['cuda_device']}" if env["cuda_device"] else ""), "",
           f"Command: `{report['command']}`", "", table(rows), ""]
+    if report["runner_choice"]:
+        md += [f"- {line.strip()}" for line in runner_choice.lines(report["vllm_version"], report["runner_choice"])]
     md += skip_lines(rows) + failure_lines([r for r in rows if r.status == "fail"])
     md += [f"- partial report: {p}" for p in report["problems"]]
     md += [f"- expected divergence: {x}" for x in excused]

@@ -17,15 +17,20 @@ def gate_page(report: dict, source: str) -> str:
              f"seed: {report.get('seed')}; devices: {', '.join(report.get('devices', []))}  ",
              f"{env.get('date')}, commit {env.get('commit')}; torch {env.get('torch')}, Triton {env.get('triton')}"
              + (f"; {env['cuda_device']}" if env.get("cuda_device") else "") + f"; from `{source}`", "",
-             "| hot path | check | device | implementation | status | examples |",
-             "|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        lines.append(f"| {r['hotpath']} | {r['check']} | {r['device']} | {r['implementation']} | "
-                     f"{r['status']} | {r['examples']} |")
+             "| hot path | runner | check | device | implementation | status | examples |",
+             "|---|---|---|---|---|---|---|"]
+    for r in report["results"]:  # reports written before rows carried a runner say "?"
+        lines.append(f"| {r['hotpath']} | {r.get('runner', '?')} | {r['check']} | {r['device']} | "
+                     f"{r['implementation']} | {r['status']} | {r['examples']} |")
     failures = [f for r in report["results"] for f in r.get("failures", [])]
     if failures:
         lines += ["", "Failures:", ""] + [f"- `{f['test']}`: {f['message'].splitlines()[0] if f['message'] else ''}"
                                           for f in failures]
+    choice = report.get("runner_choice") or []
+    if choice:
+        lines += ["", f"Runner choice of vLLM {report.get('vllm_version')} (its own engine configuration, GPU engine):",
+                  ""] + [f"- {a['configuration']}: {a['runner'] or 'not decided (' + a.get('error', '') + ')'}"
+                         for a in choice]
     excused = sorted({link for r in report["results"] for link in r["excused"]})
     if excused:
         lines += ["", "Expected divergences (ledger entries met):", ""] + [f"- {link}" for link in excused]
