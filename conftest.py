@@ -5,6 +5,8 @@
   `--require-cuda`, which makes a missing GPU a failure.
 - Properties taking `candidate` run once per fast implementation of their hot path (marker
   `hotpath`), or against `--impl hotpath=module:attr` instead.
+- `--reference hotpath@version=module:attr` takes a planted reference in place of the frozen one
+  of that version (the quality set's way of showing that conformance catches a wrong reference).
 - The generic laws (properties/test_<law>.py, taking `hotpath`) run once per hot path whose
   registry entry names its `Checks`, per candidate and device.
 - Every property also carries its hot path's name and its check kind as plain markers, for `-m`.
@@ -62,6 +64,9 @@ def pytest_addoption(parser):
                     help="fail (instead of skip) the cuda cases when no GPU is visible")
     group.addoption("--impl", action="append", default=[], metavar="HOTPATH=MODULE:ATTR",
                     help="run the hot path's equivalence properties against this candidate")
+    group.addoption("--reference", action="append", default=[], metavar="HOTPATH@VERSION=MODULE:ATTR",
+                    help="take this factory as the frozen reference of that version (a planted "
+                         "reference, to show that conformance catches it)")
     group.addoption("--fixture-dir", default=None,
                     help="where failing properties write regression fixtures (default: "
                          "properties/regressions; with --impl, a scratch folder that later runs do "
@@ -102,17 +107,19 @@ def pytest_configure(config):
     for kind in CHECK_KINDS:
         config.addinivalue_line("markers", f"{kind.replace('-', '_')}: a property whose check is {kind}")
     if config.getoption("fixture_dir") is None:
-        config.option.fixture_dir = str(SCRATCH_FIXTURES if config.getoption("impl") else REGRESSIONS)
+        planted = config.getoption("impl") or config.getoption("reference")
+        config.option.fixture_dir = str(SCRATCH_FIXTURES if planted else REGRESSIONS)
     problem = fixtures.unwritable(Path(config.getoption("fixture_dir")))
     if problem:
         raise pytest.UsageError(f"--fixture-dir {config.getoption('fixture_dir')}: {problem}")
-    if config.getoption("impl"):
+    if config.getoption("impl") or config.getoption("reference"):
         import_from_invocation_folder(str(config.invocation_params.dir))
-    for assignment in config.getoption("impl"):
-        try:
-            registry.override_implementation(assignment)
-        except (ValueError, KeyError, ImportError) as err:
-            raise pytest.UsageError(f"--impl {assignment}: {err}") from err
+    for option, override in (("impl", registry.override_implementation), ("reference", registry.override_reference)):
+        for assignment in config.getoption(option):
+            try:
+                override(assignment)
+            except (ValueError, KeyError, ImportError) as err:
+                raise pytest.UsageError(f"--{option} {assignment}: {err}") from err
 
 
 def honour_seed(config) -> None:
@@ -369,7 +376,9 @@ def report_fixture(item, report, hotpath: str, case) -> None:
         message = f"failed on the committed fixture {shown}"
     else:
         try:
-            path = fixtures.save(Path(item.config.getoption("fixture_dir")), hotpath, case, source=item.nodeid)
+            planted = registry.reference_overrides(hotpath)
+            source = item.nodeid + "".join(f" (reference {v}: {spec})" for v, spec in sorted(planted.items()))
+            path = fixtures.save(Path(item.config.getoption("fixture_dir")), hotpath, case, source=source)
             shown = fixtures.shown(path, item.config.rootpath)
             message = f"new counterexample shrunk to {path}"
         except TypeError as err:  # a case that is not a dataclass cannot become a fixture

@@ -15,8 +15,17 @@ from vllm_hotpaths.testing.cases.recovered_tokens import (CORRUPTIONS, Corrupted
                                                           SeededRecovery)
 
 NOISE_EDGES = (0.0, 2.0 ** -24, 1e-30, 1e-40, 2.0 ** 126, 3e38, math.inf, 1.0)
+# Noise placed on the lane that currently wins: 0 (an infinite score, or NaN where the residual is
+# 0 as in a row with no residual left), infinite (the winner scores 0), subnormal, huge.
+WINNER_NOISE = (0.0, 0.0, math.inf, 1e-40, 2.0 ** 126)
 # vLLM's 0.22 tile, its neighbours, and real vocabularies (CUDA cases).
 LARGE_VOCABS = (8191, 8192, 8193, 16385, 32000, 129280, 151936)
+# CPU cases over several of upstream's 8,192-lane tiles and real vocabularies (ids past 16 bits),
+# in one case of six with one or two draft tokens: the interpreter pays about 7 ms per program
+# per 8,192-lane block, so the reference keeps upstream's tile and the candidate blocks of 4,096
+# or 8,192 lanes in 2 to 8 slices.
+WIDE_VOCABS = (16385, 24577, 32768, 32769, 65536, 151936, 262144)
+UPSTREAM_TILE = 8192
 
 
 def _lanes(vocab: int, widths: list[int]) -> st.SearchStrategy[int]:
@@ -30,28 +39,41 @@ def _lanes(vocab: int, widths: list[int]) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(edges), st.integers(0, vocab - 1))
 
 
-def _edit(vocab: int, widths: list[int]) -> st.SearchStrategy[tuple]:
+def _edit(vocab: int, widths: list[int], focus: int) -> st.SearchStrategy[tuple]:
+    """One edit; its position is often `focus`, so that edits stack on one position (a zero
+    residual and then noise at its winner, a NaN and then a tie, ...)."""
     lane = _lanes(vocab, widths)
-    index = st.integers(0, 15)
+    index = st.one_of(st.just(focus), st.integers(0, 15))
     return st.one_of(
         st.tuples(st.just("tie"), index, lane, st.just(0)),
         st.tuples(st.just("flip"), index, lane, st.integers(0, 16)),
-        st.tuples(st.sampled_from(("zero", "single", "inf")), index, lane, st.just(0)),
+        st.tuples(st.just("zero"), index, lane, st.integers(0, 1)),
+        st.tuples(st.sampled_from(("single", "inf")), index, lane, st.just(0)),
         st.tuples(st.just("near"), index, lane, st.integers(-4, 4)),
         st.tuples(st.just("nan"), index, lane, st.integers(0, 2)),
         st.tuples(st.just("subnormal"), index, lane, st.integers(1, 2 ** 23)),
         st.tuples(st.just("noise"), index, lane, st.sampled_from(NOISE_EDGES)),
+        st.tuples(st.just("winner noise"), index, st.just(0), st.sampled_from(WINNER_NOISE)),
     )
 
 
 @st.composite
 def recovery_cases(draw, large: bool = False) -> RecoveryCase:
-    """Small vocabularies with shrunk tiles (for Triton's interpreter), or `large=True`: vLLM's
-    tile neighbours and real vocabularies with production tiles (for CUDA)."""
+    """Small vocabularies with shrunk tiles (for Triton's interpreter), in one case of six
+    vocabularies of several upstream tiles or real sizes (one or two draft tokens), or
+    `large=True`: vLLM's tile neighbours and real vocabularies with production tiles (for CUDA)."""
+    wide = not large and draw(st.integers(0, 5)) == 5  # the last value: shrinking leaves the small ones
     if large:
         vocab = draw(st.sampled_from(LARGE_VOCABS))
         reference_block, fast_tiles = None, None
         widths = [8192, 1024]
+    elif wide:
+        vocab = draw(st.one_of(st.sampled_from(WIDE_VOCABS), st.integers(WIDE_VOCABS[0], WIDE_VOCABS[-1])))
+        reference_block = UPSTREAM_TILE
+        block = draw(st.sampled_from((4096, 8192)))
+        slices = draw(st.integers(2, 8))  # the interpreter's cost is per program: a few slices
+        fast_tiles = (block, -(-vocab // (block * slices)))
+        widths = [UPSTREAM_TILE, fast_tiles[0], fast_tiles[0] * fast_tiles[1]]
     else:
         reference_block = draw(st.sampled_from((4, 8, 16, 32)))
         fast_tiles = (draw(st.sampled_from((4, 8, 16))), draw(st.integers(1, 3)))
@@ -62,10 +84,13 @@ def recovery_cases(draw, large: bool = False) -> RecoveryCase:
             st.integers(1, 4).map(lambda m: m * width) | st.integers(1, 4).map(lambda m: m * width + 1)
             | st.integers(1, 4).map(lambda m: m * width - 1),
         ).filter(lambda v: v >= 1))
-    max_drafts = draw(st.integers(1, 4))
-    counts = draw(st.lists(st.integers(0, max_drafts), min_size=1, max_size=4 if large else 5))
+    max_drafts = draw(st.integers(1, 2 if wide else 4))
+    counts = draw(st.lists(st.integers(0, max_drafts), min_size=1, max_size=2 if wide else 4 if large else 5))
     if not any(counts) and draw(st.integers(0, 3)):  # keep "no draft tokens" a minority
         counts[draw(st.integers(0, len(counts) - 1))] = max_drafts
+    if wide:  # one or two draft tokens
+        counts = [min(c, 1) for c in counts] if sum(counts) > 2 else counts
+        counts[-1] = max(counts[-1], int(not any(counts)))
     tokens = sum(counts)
     id_choice = st.one_of(st.sampled_from((-1, 0, vocab - 1)), st.integers(0, vocab - 1))
     case = RecoveryCase(
@@ -76,7 +101,7 @@ def recovery_cases(draw, large: bool = False) -> RecoveryCase:
         draft_ids=tuple(draw(st.lists(id_choice, min_size=tokens, max_size=tokens))),
         seed=draw(st.integers(0, 2 ** 32 - 1)),
         zero_share=draw(st.sampled_from((0.0, 0.5, 0.9, 1.0))),
-        edits=tuple(draw(st.lists(_edit(vocab, widths), max_size=8))),
+        edits=tuple(draw(st.lists(_edit(vocab, widths, draw(st.integers(0, 15))), max_size=8))),
         reference_block=reference_block,
         fast_tiles=fast_tiles,
         ids_dtype=draw(st.sampled_from(("int32", "int64"))),
@@ -90,14 +115,21 @@ def recovery_cases(draw, large: bool = False) -> RecoveryCase:
 def classify(case: RecoveryCase) -> list[str]:
     """Events for --hypothesis-show-statistics: which input classes a run reached."""
     labels = [f"edit {kind}" for kind in sorted({e[0] for e in case.edits})]
+    if case.vocab_size > UPSTREAM_TILE and case.fast_tiles is not None:
+        labels.append("CPU vocabulary over several upstream tiles")
+    if case.vocab_size >= 32768 and case.fast_tiles is not None:
+        labels.append("CPU real vocabulary (>= 32,768)")
     if not any(case.draft_counts):
         labels.append("no draft tokens")
     if len(set(case.draft_counts)) > 1:
         labels.append("ragged draft counts")
     labels.append("draft probabilities" if case.draft_probs else "no draft probabilities")
-    if case.num_tokens and not case.draft_probs and -1 in case.draft_ids:
-        labels.append("draft id -1")
+    if case.num_tokens and -1 in case.draft_ids:
+        labels.append("draft id -1" + (" with draft probabilities" if case.draft_probs else ""))
     if case.num_tokens:
+        labels += case.build().zero_classes()
+        if case.vocab_size > UPSTREAM_TILE and case.build().tied_across_tiles(UPSTREAM_TILE):
+            labels.append("exact tie across upstream tiles")
         if case.near_tie_positions().any():
             labels.append("near-tie position")
         if case.nan_positions().any():

@@ -92,12 +92,15 @@ CPU_RECOVERY_MUTANTS = {name: spec for name, spec in recovered_tokens_mutants.MU
 
 @pytest.mark.parametrize("mutant", sorted(CPU_RECOVERY_MUTANTS))
 def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
-    """Triton kernels interpreted on the CPU; `IEEEDivision` shows only on CUDA (the GPU run)."""
+    """Triton kernels interpreted on the CPU; `IEEEDivision` shows only on CUDA (the GPU run). A
+    planted reference (law conformance) is checked against the installed vLLM in place of the
+    frozen one."""
     version, law, _ = CPU_RECOVERY_MUTANTS[mutant]
+    option = "--reference" if law == "conformance" else "--impl"
     result = run_cli(
         "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
         "-k", "recovered_tokens and cpu", "--hypothesis-profile", "ci",
-        "--impl", f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
+        option, f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "recovered_tokens", mutant)

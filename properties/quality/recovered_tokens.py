@@ -12,7 +12,11 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_hotpaths.recovered_tokens.fast import SplitVocabDivision, SplitVocabReciprocal
+from vllm_hotpaths.recovered_tokens import check_inputs
+from vllm_hotpaths.recovered_tokens.fast import (SplitVocabDivision, SplitVocabReciprocal, _arrival_counters,
+                                                 slice_kernel)
+from vllm_hotpaths.recovered_tokens.reference import (ReciprocalReference, _contestants, _residual, _span,
+                                                      draft_pointer, interpreted_bound)
 
 
 @triton.jit
@@ -112,6 +116,88 @@ class NaNResidualIsZero(SplitVocabReciprocal):
                                target_probs, q)
 
 
+class SliceIdsIn16Bits(SplitVocabReciprocal):
+    """Keeps each slice's best id in an int16 scratch (half the bytes of int32): ids from 32,768
+    on wrap. Only real vocabulary sizes show it."""
+
+    def recover(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                target_probs, q):
+        check_inputs(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
+                     draft_probs, target_probs, q)
+        out = torch.empty_like(draft_token_ids)
+        num_tokens, vocab = target_probs.shape
+        if num_tokens == 0:
+            return out
+        block, lanes = self._lanes_per_program(num_tokens, vocab)
+        slices = self._slices(vocab, lanes)
+        best = torch.empty((num_tokens, slices), dtype=torch.float32, device=target_probs.device)
+        best_id = torch.empty((num_tokens, slices), dtype=torch.int16, device=target_probs.device)
+        slice_kernel(SplitVocabReciprocal)[(len(num_draft_tokens), max_spec_len, slices)](
+            out, best, best_id, _arrival_counters(target_probs.device, num_tokens), cu_num_draft_tokens,
+            draft_token_ids, draft_pointer(draft_probs, target_probs), target_probs, q, vocab, lanes, slices,
+            BLOCK=block, SLICES=triton.next_power_of_2(slices), NO_DRAFT_PROBS=draft_probs is None, WIDE=False,
+            INTERPRETED_LANES=interpreted_bound(target_probs, lanes))
+        return out
+
+
+@triton.jit
+def _zero_residual_scores_zero(residual, q):
+    """The noise read only where the residual is non-zero (a saved load on sparse rows)."""
+    return tl.where(residual == 0.0, 0.0, residual * tl.math.div_rn(1.0, q))
+
+
+class ZeroResidualSkipsNoise(SplitVocabReciprocal):
+    """Scores a zero residual 0 without its noise: where q is 0 too, `0 * (1/0)` is NaN and must
+    never win, so a row with no residual left picks the first lane whose noise is not 0."""
+
+    score = _zero_residual_scores_zero
+
+
+@triton.jit
+def _later_tile_wins_ties(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_ptr, inv_q_ptr,
+                          vocab_size, BLOCK: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr,
+                          INTERPRETED_VOCAB: tl.constexpr):
+    req = tl.program_id(0)
+    pos = tl.program_id(1)
+    start, count = _span(cu_ptr, req)
+    if pos >= count:
+        return
+    token = start + pos
+    draft_id = tl.load(draft_ids_ptr + token)
+    best = float("-inf")
+    best_id = 0
+    for first in range(0, INTERPRETED_VOCAB if INTERPRETED_VOCAB > 0 else vocab_size, BLOCK):
+        lanes = first + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        residual = _residual(target_ptr, draft_probs_ptr, draft_id, token * vocab_size, lanes, inside,
+                             NO_DRAFT_PROBS)
+        inv_q = tl.load(inv_q_ptr + req * vocab_size + lanes, mask=inside, other=0.0)
+        tile_best, tile_id = tl.max(_contestants(residual * inv_q, inside), axis=0, return_indices=True)
+        if tile_best >= best:
+            best = tile_best
+            best_id = first + tile_id
+    tl.store(out_ptr + token, best_id)
+
+
+class LaterTileWinsTiesReference(ReciprocalReference):
+    """A 0.22 reference whose tile contest keeps a later tile's equal maximum (`>=`): only an exact
+    tie between lanes of different 8,192-lane tiles shows it, so conformance over vocabularies of
+    one upstream tile never does. Checked in place of the frozen reference (`--reference`)."""
+
+    def recover(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
+                draft_probs, target_probs, q):
+        check_inputs(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
+                     draft_probs, target_probs, q)
+        out = torch.empty_like(draft_token_ids)
+        if out.numel():
+            _later_tile_wins_ties[(len(num_draft_tokens), max_spec_len)](
+                out, cu_num_draft_tokens, draft_token_ids, draft_pointer(draft_probs, target_probs),
+                target_probs, q.reciprocal(), target_probs.shape[1], BLOCK=self.block,
+                NO_DRAFT_PROBS=draft_probs is None,
+                INTERPRETED_VOCAB=interpreted_bound(target_probs, target_probs.shape[1]))
+        return out
+
+
 # name -> (reference version it claims, the law that must catch it (properties/test_<law>.py),
 # devices it shows on)
 MUTANTS = {
@@ -124,4 +210,7 @@ MUTANTS = {
     "DraftLaneNotMasked": ("0.22.0", "equivalence", "cpu cuda"),
     "ResidualNotClamped": ("0.22.0", "equivalence", "cpu cuda"),
     "NaNResidualIsZero": ("0.22.0", "equivalence", "cpu cuda"),
+    "SliceIdsIn16Bits": ("0.22.0", "equivalence", "cpu cuda"),
+    "ZeroResidualSkipsNoise": ("0.22.0", "equivalence", "cpu cuda"),
+    "LaterTileWinsTiesReference": ("0.22.0", "conformance", "cpu cuda"),
 }

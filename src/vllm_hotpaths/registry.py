@@ -73,7 +73,8 @@ class HotPath:
         return eligible[-1]
 
     def reference(self, vllm_version: str | None = None) -> Callable:
-        return resolve(self.references[self.reference_version_for(vllm_version)])
+        version = self.reference_version_for(vllm_version)
+        return resolve(_reference_overrides.get(self.name, {}).get(version, self.references[version]))
 
     def fast_for(self, vllm_version: str) -> Callable:
         """The shipped fast factory checked against the reference that `vllm_version` is checked
@@ -271,6 +272,8 @@ HOTPATHS: dict[str, HotPath] = {
 # Set by `--impl name[@version]=module:attr`: the candidates replace the hot path's fast
 # implementations, each checked against the reference of its version (default: the newest).
 _impl_overrides: dict[str, list[tuple[str, str]]] = {}
+# hot path -> {version: "module:attr"}: planted references checked in place of the frozen ones
+_reference_overrides: dict[str, dict[str, str]] = {}
 
 
 def contracts_text() -> str:
@@ -308,3 +311,25 @@ def override_implementation(assignment: str) -> None:
         raise ValueError(f"{spec!r} lacks {', '.join(missing)}; the {name} contract is:\n"
                          f"{hotpath.contract.doc}")
     _impl_overrides.setdefault(name, []).append((spec, version or hotpath.reference_version_for(None)))
+
+
+def override_reference(assignment: str) -> None:
+    """Apply one `--reference hotpath@version=module:attr` option: the laws take that factory as
+    the frozen reference of `version` (how the quality set shows conformance catching a wrong
+    reference)."""
+    target, sep, spec = assignment.partition("=")
+    name, _, version = target.partition("@")
+    if not sep or not version:
+        raise ValueError(f"--reference takes hotpath@version=module:attr, got {assignment!r}")
+    hotpath = get(name)
+    if version not in hotpath.references:
+        raise ValueError(f"{name} has no reference for vLLM {version} "
+                         f"(references: {', '.join(sorted(hotpath.references, key=version_key))})")
+    if not callable(resolve(spec)):
+        raise ValueError(f"{spec!r} is not callable: expected a factory {hotpath.contract.doc}")
+    _reference_overrides.setdefault(name, {})[version] = spec
+
+
+def reference_overrides(name: str) -> dict[str, str]:
+    """The planted references (`--reference`) of hot path `name`, by version."""
+    return dict(_reference_overrides.get(name, {}))

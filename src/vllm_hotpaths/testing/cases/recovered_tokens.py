@@ -6,8 +6,10 @@ A `RecoveryCase` is plain data (its repr is valid Python, its JSON is a fixture)
 the numpy inputs: seeded base probabilities (a share of exact zeros), seeded Exp(1) noise, then
 `edits` applied in order, each resolved against the arrays as they stand (so a near-tie is a
 near-tie of whatever currently wins):
-  ("zero", token, lane, 0)      the token's residual is all zero (draft = target; without draft
-                                probabilities only the draft id's lane is non-zero)
+  ("zero", token, lane, above)  the token's residual is all zero (draft = target; without draft
+                                probabilities only the draft id's lane is non-zero); with
+                                `above` 1 each draft probability is one fp32 step above the
+                                target's (target - draft < 0 wherever the target is non-zero)
   ("single", token, lane, 0)    only `lane` has a non-zero residual
   ("tie", token, lane, 0)       `lane` copies the winner's target, draft and noise: an exact tie
   ("near", token, lane, ulps)   `lane`'s score is the winner's, moved by `ulps` fp32 steps
@@ -20,6 +22,8 @@ near-tie of whatever currently wins):
   ("subnormal", token, lane, m) target probability m * 2**-149
   ("inf", token, lane, 0)       infinite target probability
   ("noise", request, lane, v)   q[request, lane] = v (0, tiny, huge, subnormal, inf)
+  ("winner noise", token, _, v) the noise of the lane that currently wins the token's race is v
+                                (its request's row: a zero residual under zero noise scores NaN)
 Lanes are taken modulo the vocabulary size, tokens and requests modulo their counts.
 
 A `CorruptedRecovery` is a case whose inputs are then made inconsistent one way (`how`, one of
@@ -181,6 +185,35 @@ class Inputs:
         residual[rows, self.draft_ids[rows]] = 0
         return residual
 
+    def zero_classes(self) -> list[str]:
+        """Events: positions with no residual left, and zero noise on a zero residual (a NaN
+        score, `0 * (1/0)`) there or anywhere."""
+        residual = self.residual()
+        zero_noise = self.q[self.request] == 0
+        empty = (residual == 0).all(axis=1)
+        labels = []
+        if empty.any():
+            labels.append("all-zero residual position")
+            if (zero_noise & empty[:, None]).any():
+                labels.append("zero noise in an all-zero residual position")
+            if zero_noise[empty, 0].any():
+                labels.append("zero noise at lane 0 of an all-zero residual position")
+        if (zero_noise & (residual == 0)).any():
+            labels.append("zero noise on a zero residual")
+        return labels
+
+    def tied_across_tiles(self, width: int) -> bool:
+        """Whether some position's best score (`residual * (1/q)` in fp32, as vLLM 0.22 ranks)
+        is held by lanes of two different `width`-lane tiles: an exact tie across tiles."""
+        with np.errstate(all="ignore"):
+            score = self.residual() * (np.float32(1) / self.q[self.request])
+        score[np.isnan(score)] = -np.inf
+        for row in score:
+            tied = np.flatnonzero(row == row.max())
+            if tied[0] // width != tied[-1] // width:
+                return True
+        return False
+
     def winner(self, token: int) -> int:
         with np.errstate(all="ignore"):
             ratio = self.residual()[token].astype(np.float64) / self.q[self.request[token]]
@@ -223,9 +256,11 @@ class Inputs:
         if not len(self.target):
             return
         t = index % len(self.target)
-        if kind == "zero":
+        if kind == "winner noise":
+            self.q[self.request[t], self.winner(t)] = np.float32(arg)
+        elif kind == "zero":
             if self.draft is not None:
-                self.draft[t] = self.target[t]
+                self.draft[t] = np.nextafter(self.target[t], np.float32(np.inf)) if arg else self.target[t]
             else:
                 keep = self.draft_ids[t]
                 self.target[t] = 0
