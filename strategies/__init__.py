@@ -3,8 +3,8 @@ with their drivers in `vllm_hotpaths.testing.cases`). Import from here: `from st
 penalties_programs`."""
 
 from strategies.logits_copy import bad_input_cases, boundary_cases, logits_programs, request_params
-from strategies.penalties import (decode_runs, invalid_id_cases, logit_values, penalties_programs,
-                                  poisoned_programs, repair_cases, token_ids, transition_programs)
+from strategies.penalties import (decode_runs, id_runs, invalid_id_cases, logit_values, penalties_programs,
+                                  poisoned_programs, repair_cases, request_fields, token_ids, transition_programs)
 from strategies.recovered_tokens import classify, corrupted_recovery_cases, recovery_cases, seeded_recovery_cases
 from strategies.swap_states import add_ops, programs_header
 from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_budgets, prompts, small_counts,
@@ -12,8 +12,8 @@ from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_b
 
 __all__ = [
     "ThinkDraws", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
-    "corrupted_recovery_cases", "decode_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
+    "corrupted_recovery_cases", "decode_runs", "id_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
     "logits_programs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
-    "recovery_cases", "repair_cases", "request_params", "seeded_recovery_cases", "small_counts",
+    "recovery_cases", "repair_cases", "request_fields", "request_params", "seeded_recovery_cases", "small_counts",
     "think_configs", "token_ids", "token_runs", "tokens", "transition_programs",
 ]

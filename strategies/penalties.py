@@ -21,6 +21,12 @@ PRESENCE_EDGES = (0.0, -0.0, 2.0, -2.0, 1.5, 1e-7)
 VOCAB_EDGES = (1, 2, 3, 7, 8, 9, 31, 32, 33, 64)
 REAL_VOCABS = (32768, 32769, 50257, 151936, 262144)
 WIDE_ID_EDGES = (2**15 - 1, 2**15, 2**16 - 1, 2**16, 2**17)
+# Model lengths (the hint's column capacity): 1 and 2 grow at once, 128 and 256 hold outputs past
+# a builder's 64-column default and past twice it. Batch capacities past 8 rows in one program in
+# six, filled as requests arrive between steps: each row costs every step a little, so the rest
+# stay at up to 6.
+MODEL_LENS = (1, 2, 4, 16, 64, 128, 256)
+BIG_BATCHES = (9, 16, 17)
 
 
 
@@ -67,7 +73,29 @@ def decode_runs(draw, program: PenaltiesProgram) -> PenaltiesProgram:
             # now and then a round whose placeholders stay: the next repair rewrites them in place
             round_ = draw(st.sampled_from((("decode", tokens),) * 3 + (("async", (tokens,)),)))
             ops += [round_, ("step", False, 0, True, ())]
-    return PenaltiesProgram(program.vocab_size, program.max_num_reqs, 64, tuple(ops))
+    return PenaltiesProgram(program.vocab_size, program.max_num_reqs, max(program.max_model_len, 64), tuple(ops),
+                            program.hint)
+
+
+def id_runs(tok, length: int) -> st.SearchStrategy[tuple[int, ...]]:
+    """`length` ids: a drawn run of up to four repeated (a long output costs no more to draw)."""
+    if length == 0:
+        return st.just(())
+    return st.lists(tok, min_size=1, max_size=4).map(lambda ids: tuple(ids[i % len(ids)] for i in range(length)))
+
+
+@st.composite
+def request_fields(draw, tok, model_len: int, penalties) -> tuple:
+    """An "add" (or an update's request): prompt and output each drawn id by id (up to 6 and 5,
+    fitting or not), or at a boundary: 0, 1, 2 ids or all the room max_model_len leaves (the
+    prompt first, the output in what remains)."""
+    def sized(small: int, room: int):
+        edges = st.sampled_from(sorted({0, 1, 2, max(room, 0)})).flatmap(lambda n: id_runs(tok, n))
+        return st.one_of(st.lists(tok, max_size=small).map(tuple), edges)
+
+    prompt = draw(sized(6, model_len))
+    output = draw(sized(5, model_len - len(prompt)))
+    return (prompt, output, draw(st.booleans()), *draw(penalties))
 
 
 @st.composite
@@ -79,20 +107,29 @@ def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penalti
     else:
         vocab = draw(st.one_of(st.sampled_from([v for v in VOCAB_EDGES if v <= max_vocab]),
                                st.integers(1, max_vocab)))
-    max_num_reqs = draw(st.integers(1, 2 if real else 6))
-    max_model_len = draw(st.sampled_from([4, 16, 64]))
+    big = not real and draw(st.integers(0, 5)) == 5
+    max_num_reqs = draw(st.sampled_from(BIG_BATCHES) if big else st.integers(1, 2 if real else 6))
+    max_model_len = draw(st.sampled_from(MODEL_LENS))
+    # vLLM's plugin builds without a batch hint, so a builder's default capacity is what a batch
+    # outgrows: never hinted where the batch may grow past 8 rows (a hint would cover it), else in
+    # three programs of four (builders that read the batch need it)
+    hint = not big and draw(st.integers(0, 3)) != 3
     tok = token_ids(vocab)
     short = lambda elems, n=4, least=0: st.lists(elems, min_size=least, max_size=n).map(tuple)  # noqa: E731
     rows = st.integers(0, 7)
     sampled = st.lists(tok, min_size=1, max_size=4).flatmap(
         lambda ids: st.integers(0, len(ids) - 1).map(
             lambda k: tuple(ids[:k + 1]) + (-1,) * (len(ids) - k - 1)))
-    add = st.tuples(
-        st.just("add"), short(tok, 6), short(tok, 5), st.booleans(),
+    penalties = st.tuples(
         st.one_of(st.sampled_from(PRESENCE_EDGES), st.floats(-2, 2, width=32)).map(_f32),
         st.one_of(st.sampled_from(PRESENCE_EDGES), st.floats(-2, 2, width=32)).map(_f32),
         st.one_of(st.sampled_from(REPETITION_EDGES), st.floats(0.0009765625, 10, width=32)).map(_f32),
     )
+    request = request_fields(tok, max_model_len, penalties)
+    add = request.map(lambda fields: ("add", *fields))
+    # One step's batch update: removals, requests into the freed rows, condense, reorder swaps.
+    update = st.tuples(st.just("update"), short(rows, 3, 1), short(request, 3, 1),
+                       short(st.tuples(rows, rows), 3))
     special = st.tuples(rows, st.integers(0, max(vocab - 1, 0)), logit_values().map(
         lambda x: math.nan if math.isnan(x) else x))
     step = st.tuples(st.just("step"), st.booleans(), st.integers(0, 2**16), st.booleans(),
@@ -112,15 +149,25 @@ def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penalti
         st.tuples(st.just("spec_round"), short(st.integers(0, 3), 3, 1),
                   short(tok, 4, 1)),
         st.tuples(st.just("stale"), rows, sampled, tok),
+        update,
+        update,
     )
-    prelude = draw(st.lists(add, min_size=1, max_size=4))
+    # The batch filled to its capacity (max_num_reqs requests, arriving between steps) in every
+    # big program and one small one in four; else one to four requests.
+    if big or draw(st.integers(0, 3)) == 3:
+        prelude = []
+        for request, then_step in draw(st.lists(st.tuples(add, st.one_of(st.none(), step)),
+                                                min_size=max_num_reqs, max_size=max_num_reqs)):
+            prelude += [request] if then_step is None else [request, then_step]
+    else:
+        prelude = draw(st.lists(add, min_size=1, max_size=4))
     # Each operation is followed by a sampler step or not: steps land between all transitions.
     ops = []
     for transition, then_step in draw(st.lists(st.tuples(op, st.one_of(st.none(), step)),
                                                min_size=1, max_size=4 if real else max_ops)):
         ops += [transition] if then_step is None else [transition, then_step]
     final = draw(step)
-    return PenaltiesProgram(vocab, max_num_reqs, max_model_len, tuple(prelude + ops + [final]))
+    return PenaltiesProgram(vocab, max_num_reqs, max_model_len, tuple(prelude + ops + [final]), hint)
 
 
 

@@ -173,6 +173,51 @@ class FifteenBitSteadyIds(IncrementalPenalties):
         super()._write_one_per_row(cols, np.asarray(values, dtype=np.int64) & 0x7FFF)
 
 
+class RowGrowthDropsContent(IncrementalPenalties):
+    """Reallocates the staging rows when the batch outgrows them without copying what they held
+    (vLLM's InputBatch never holds more than `max_num_reqs` rows, but the plugin's builder gets
+    no batch hint): rows that keep their list then miss every id synced before the growth."""
+
+    def _grow(self, rows, cols):
+        old_rows, old_cols = self._staging.shape
+        if rows <= old_rows:
+            return super()._grow(rows, cols)
+        rows, cols = max(rows, 2 * old_rows), max(cols, old_cols)
+        self._staging = torch.full((rows, cols), self.vocab_size, dtype=torch.int64, device=self.device)
+        self._owner += [None] * (rows - old_rows)
+        self._synced += [0] * (rows - old_rows)
+
+
+class JumpPastDoubleUnpadded(IncrementalPenalties):
+    """Grows the columns in two parts: a doubling filled with the pad, and where one step needs
+    more than double, the rest as zeros (a resize that trusts the writes to cover it): right for
+    growth by at most double, wrong where a capacity of 1 or 2 columns, or an output far past
+    the capacity, jumps further."""
+
+    def _grow(self, rows, cols):
+        old_rows, old_cols = self._staging.shape
+        super()._grow(rows, cols)
+        new_cols = self._staging.shape[1]
+        if new_cols > 2 * old_cols:
+            self._staging[:, 2 * old_cols:] = 0
+
+
+class VacatedRowTakenAsEmpty(IncrementalPenalties):
+    """A row whose list was replaced in one step by a list it cannot vouch for (a new request in
+    the row that a removal, or the condense after it, vacated) is rebuilt as if it had held
+    nothing: no pads past the new list's end, so a shorter new request keeps the tail of the
+    list that left."""
+
+    def build(self, rows):
+        for r, lst in enumerate(rows):
+            if r >= len(self._owner) or self._owner[r] is None or lst is self._owner[r]:
+                continue
+            s = self._home.get(id(lst))
+            if s is None or self._owner[s] is not lst:
+                self._synced[r] = 0
+        return super().build(rows)
+
+
 # mutant -> the law expected to catch it (properties/test_<law>.py)
 MUTANTS = {
     "PadWithZero": "equivalence",
@@ -186,4 +231,8 @@ MUTANTS = {
     "NoIdValidation": "errors",
     "NewIdsStoredByOutputTokens": "equivalence",
     "FifteenBitSteadyIds": "equivalence",
+    "RowGrowthDropsContent": "equivalence",
+    "JumpPastDoubleUnpadded": "equivalence",
+    "VacatedRowTakenAsEmpty": "equivalence",
 }
+

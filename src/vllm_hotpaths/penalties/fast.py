@@ -37,6 +37,8 @@ from vllm_hotpaths.penalties.reference import (InvalidTokenId, apply_penalties_,
 from vllm_hotpaths.tracked_list import UNCHANGED, TrackedTokenList
 
 _WATCHER_KEYS = itertools.count(1)
+# Staging capacity without a batch hint (vLLM's plugin gives none): it grows past it by doubling.
+DEFAULT_ROWS, DEFAULT_COLS = 8, 64
 _seen = operator.attrgetter("seen")
 
 
@@ -44,8 +46,8 @@ class IncrementalPenalties:
     def __init__(self, vocab_size: int, device: torch.device | str = "cpu", batch=None) -> None:
         self.vocab_size = vocab_size
         self.device = torch.device(device)
-        rows = max(1, int(getattr(batch, "max_num_reqs", 0) or 8))
-        cols = max(1, int(getattr(batch, "max_model_len", 0) or 64))
+        rows = max(1, int(getattr(batch, "max_num_reqs", 0) or DEFAULT_ROWS))
+        cols = max(1, int(getattr(batch, "max_model_len", 0) or DEFAULT_COLS))
         self._staging = torch.full((rows, cols), vocab_size, dtype=torch.int64, device=self.device)
         self._owner: list[TrackedTokenList | None] = [None] * rows  # list mirrored by each row
         self._synced: list[int] = [0] * rows  # leading columns holding list content; V after

@@ -70,6 +70,51 @@ class TokenBatch:
          self.repetition_penalties_cpu[r]) = penalties
         return r
 
+    def replace_request(
+        self,
+        row: int,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        penalties: tuple[float, float, float] = (0.0, 0.0, 1.0),
+        tracked: bool = True,
+    ) -> bool:
+        """A new request in the freed row `row` (vLLM's `add_request` reuses the lowest index
+        removed in the same update); False, and nothing changed, if it does not fit."""
+        p, n = len(prompt), len(output)
+        if p + n > self.max_model_len:
+            return False
+        self.req_output_token_ids[row] = TrackedTokenList(output) if tracked else list(output)
+        self.spec_token_ids[row] = []
+        self.pending[row] = None
+        self.token_ids_cpu[row, :p] = prompt
+        self.token_ids_cpu[row, p : p + n] = output
+        self.num_prompt_tokens[row] = p
+        self.num_tokens_no_spec[row] = p + n
+        (self.presence_penalties_cpu[row], self.frequency_penalties_cpu[row],
+         self.repetition_penalties_cpu[row]) = penalties
+        return True
+
+    def condense(self, freed: Sequence[int]) -> list[tuple[int, int]]:
+        """vLLM's `InputBatch.condense` after removals that left the rows `freed` empty: each freed
+        row, lowest first, takes the last occupied row, until none lies past it; the batch then
+        ends at its last occupied row. Returns the moves (from, to)."""
+        holes, empty = sorted(set(freed)), set(freed)
+        last, moves = self.num_reqs - 1, []
+        for hole in holes:
+            while last in empty and last > hole:
+                last -= 1
+            if last <= hole:
+                break
+            self.swap(hole, last)  # the freed row's leftovers go past the end, then are dropped
+            empty.discard(hole)
+            empty.add(last)
+            moves.append((last, hole))
+            last -= 1
+        for _ in range(len(holes)):
+            for name in self._ROW_LISTS:
+                getattr(self, name).pop()
+        return moves
+
     _ROW_ARRAYS = (
         "token_ids_cpu", "num_prompt_tokens", "num_tokens_no_spec",
         "presence_penalties_cpu", "frequency_penalties_cpu", "repetition_penalties_cpu",

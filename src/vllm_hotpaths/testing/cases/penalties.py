@@ -1,7 +1,9 @@
 """Penalties cases: programs of upstream batch transitions, with sampler calls in between.
 
 A `PenaltiesProgram` is plain data (its repr is valid Python, its JSON is a fixture): a vocabulary
-size, the batch's capacity, and a list of operations. `PenaltiesRun` replays it on a `TokenBatch`
+size, the batch's capacity, whether implementations get the batch as a hint (`hint`: vLLM's plugin
+builds without one, so a builder's own default capacity is what the batch must outgrow), and a
+list of operations. `PenaltiesRun` replays it on a `TokenBatch`
 and yields the sampler's inputs at every `step` operation, so properties compare implementations
 on the states upstream really reaches, including the ones where the lists and `token_ids_cpu`
 disagree (async placeholders, repairs that shrink a list, optimistic extension and trim).
@@ -12,6 +14,12 @@ step's rows, sampled ids), for the bulk repair's properties.
 Operations (row arguments are taken modulo the number of requests):
   ("add", prompt, output, tracked, presence, frequency, repetition)
   ("remove", row)                       remove, then condense (last row moves into the hole)
+  ("update", removed, added, swaps)     one step's batch update as vLLM's model runner makes it:
+                                        the rows `removed` freed, each request in `added`
+                                        ((prompt, output, tracked, presence, frequency,
+                                        repetition), as "add") in the lowest freed row, else
+                                        appended; condense; then the swaps ((i, j), ...) of the
+                                        batch reorder, which may move rows added in the update
   ("swap", i, j)
   ("sample", tokens)                    synchronous: row r appends tokens[r % len]
   ("async", sampled)                    async bookkeeping: -1 appended; sampled[r % len] pending
@@ -57,6 +65,7 @@ class PenaltiesProgram:
     max_num_reqs: int
     max_model_len: int
     ops: tuple[tuple, ...]
+    hint: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,16 +83,17 @@ class PoisonedProgram:
     pos: int = 0
     bad: str = "below"
     append: bool = False
+    hint: bool = True
 
     @classmethod
     def of(cls, program: PenaltiesProgram, row: int = 0, pos: int = 0, bad: str = "below",
            append: bool = False):
         return cls(program.vocab_size, program.max_num_reqs, program.max_model_len, program.ops,
-                   row, pos, bad, append)
+                   row, pos, bad, append, program.hint)
 
     @property
     def program(self) -> PenaltiesProgram:
-        return PenaltiesProgram(self.vocab_size, self.max_num_reqs, self.max_model_len, self.ops)
+        return PenaltiesProgram(self.vocab_size, self.max_num_reqs, self.max_model_len, self.ops, self.hint)
 
     def bad_value(self):
         return {"below": -2, "above": self.vocab_size + 1, "float": 1.5}[self.bad]
@@ -206,16 +216,20 @@ class PenaltiesRun:
         self.program = program
         self.batch = TokenBatch(program.max_num_reqs, program.max_model_len, program.vocab_size)
 
+    @property
+    def hint(self) -> TokenBatch | None:
+        """What an implementation is built with: the batch, or nothing (as vLLM's plugin builds)."""
+        return self.batch if self.program.hint else None
+
     def steps(self) -> Iterator[PenaltiesStep]:
         batch = self.batch
         for op in self.program.ops:
             name, args = op[0], op[1:]
             n = batch.num_reqs
             if name == "add":
-                prompt, output, tracked, presence, frequency, repetition = args
-                if n < batch.max_num_reqs and len(prompt) + len(output) <= batch.max_model_len:
-                    batch.add_request(prompt, output, (presence, frequency, repetition), tracked)
-                    note("plain-list row" if not tracked else "tracked row")
+                self._add(*args)
+            elif name == "update":
+                self._update(*args)
             elif n == 0:
                 if name == "step":
                     note("empty batch")
@@ -277,6 +291,50 @@ class PenaltiesRun:
             else:
                 raise ValueError(f"unknown penalties operation {op!r}")
 
+    def _add(self, prompt, output, tracked, presence, frequency, repetition, row: int | None = None) -> bool:
+        """A new request appended, or in the freed row `row`; False where it does not fit."""
+        batch = self.batch
+        penalties = (presence, frequency, repetition)
+        if row is not None:
+            added = batch.replace_request(row, prompt, output, penalties, tracked)
+        else:
+            added = (batch.num_reqs < batch.max_num_reqs and len(prompt) + len(output) <= batch.max_model_len)
+            if added:
+                batch.add_request(prompt, output, penalties, tracked)
+        if added:
+            note("plain-list row" if not tracked else "tracked row")
+            for what, length in (("prompt", len(prompt)), ("output", len(output))):
+                if length <= 2:
+                    note(f"{what} length {length}")
+            if len(prompt) + len(output) == batch.max_model_len:
+                note("prompt and output fill max_model_len (lengths at the maximum)")
+        return added
+
+    def _update(self, removed, added, swaps) -> None:
+        """One batch update (see the module's list of operations)."""
+        batch = self.batch
+        freed = sorted({r % batch.num_reqs for r in removed}) if batch.num_reqs else []
+        new_rows = []
+        for request in added:
+            row = freed[0] if freed else None
+            if self._add(*request, row=row):
+                new_rows.append(batch.num_reqs - 1 if row is None else freed.pop(0))
+                if row is not None:
+                    note("update: a new request in a freed row")
+        moves = batch.condense(freed)
+        if moves:
+            note("update: condense moved a row")
+        new_rows = [dict(moves).get(r, r) for r in new_rows]
+        for i, j in swaps:
+            n = batch.num_reqs
+            if n and i % n != j % n:
+                batch.swap(i % n, j % n)
+                touched = {i % n, j % n} & set(new_rows)
+                note("update: a swap moved a row added in it" if touched else "update: a swap moved rows")
+                new_rows = [{i % n: j % n, j % n: i % n}.get(r, r) for r in new_rows]
+        if removed and added and (moves or swaps):
+            note("update: adds, removes and moves in one step")
+
     def _repair(self, r: int) -> None:
         before = len(self.batch.req_output_token_ids[r])
         self.batch.repair(r)
@@ -294,9 +352,28 @@ class PenaltiesRun:
             if b:
                 logits[row % b, col % v] = value
         self._note_rows(rows, v)
+        self._note_capacity(rows)
         presence, frequency, repetition = batch.penalty_tensors()
         return PenaltiesStep(rows, batch.prompt_tokens(), presence, frequency, repetition,
                              logits, contiguous)
+
+    def _note_capacity(self, rows) -> None:
+        """Where the step stands against a builder's initial staging capacity: the hint's
+        max_num_reqs x max_model_len, or the default without one."""
+        from vllm_hotpaths.penalties.fast import DEFAULT_COLS, DEFAULT_ROWS
+
+        program, hint = self.program, "hint" if self.program.hint else "no hint"
+        cap_rows, cap_cols = ((program.max_num_reqs, program.max_model_len) if program.hint
+                              else (DEFAULT_ROWS, DEFAULT_COLS))
+        if len(rows) > cap_rows:
+            note(f"batch past the initial capacity ({hint})")
+        elif rows and len(rows) == program.max_num_reqs:
+            note("batch full (max_num_reqs rows)")
+        width = max(map(len, rows), default=0)
+        if width > 2 * cap_cols:
+            note(f"an output past twice the initial capacity ({hint})")
+        elif width > cap_cols:
+            note(f"an output past the initial capacity ({hint})")
 
     @staticmethod
     def _note_rows(rows, vocab_size: int) -> None:
@@ -368,8 +445,9 @@ class PenaltiesChecks(Checks):
 
     def agree(self, case: PenaltiesProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         run = PenaltiesRun(case)
-        first = expected.factory(case.vocab_size, device, run.batch)
-        second = actual.factory(case.vocab_size, device, run.batch)
+        note("batch hint" if case.hint else "no batch hint")
+        first = expected.factory(case.vocab_size, device, run.hint)
+        second = actual.factory(case.vocab_size, device, run.hint)
         for i, step in enumerate(run.steps()):
             assert_same_step(second, first, step, device, f"step {i} ({actual.label} vs {expected.label})")
 
@@ -384,8 +462,8 @@ class PenaltiesChecks(Checks):
         on both sides; once it is fixed (to 0), the sides agree again. Every call is one the
         sampler makes: one `apply_all_penalties` per step (`assert_same_step`)."""
         run = PenaltiesRun(case.program)
-        first = expected.factory(case.vocab_size, device, run.batch)
-        second = actual.factory(case.vocab_size, device, run.batch)
+        first = expected.factory(case.vocab_size, device, run.hint)
+        second = actual.factory(case.vocab_size, device, run.hint)
         step = None
         for step in run.steps():
             assert_same_step(second, first, step, device, f"{actual.label} before the bad id")
