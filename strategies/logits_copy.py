@@ -7,8 +7,8 @@ one step below, 1.0 and one fp32 step each side; top_k -1, 0, 1, 2, V-1, V, V+1;
 step below; min_p 0 and 1e-9; each penalty at its neutral value and one step off; empty and zero
 logit biases; allowed ids; min_tokens with and without stop ids; bad words of 1 to 3 tokens;
 thinking budgets (none, -1, 0 to 3) with the reasoning markers known, partly known or absent.
-Each list (allowed ids, logit biases, stop ids, bad words) is empty, 1 to 4 long, or as long as
-vLLM 0.22's sampler takes (MAX_LIST_LENGTHS; a few ids repeated up to it).
+Each list (allowed ids, logit biases, stop ids, bad words) is empty, a few entries long, or, one
+time in four, as long as vLLM 0.22's sampler takes (MAX_LIST_LENGTHS; a few ids repeated).
 
 Real vocabulary sizes (32,768 to 262,144) come in a few examples: one program in 50 (one slot,
 at most three operations, no drafts: each step costs O(V) per row, in interpreted kernels and in
