@@ -3,17 +3,28 @@ steps (the schema and its operations: `vllm_hotpaths.testing.cases.logits_copy`)
 one boundary, and bad input.
 
 Parameters sit at every boundary of the "needs processing" rule: temperature 0, 1e-6, 1e-5 and
-one step below, 1.0 and one fp32 step each side; top_k -1, 0, 1, V-1, V, V+1; top_p 1.0 and one
+one step below, 1.0 and one fp32 step each side; top_k -1, 0, 1, 2, V-1, V, V+1; top_p 1.0 and one
 step below; min_p 0 and 1e-9; each penalty at its neutral value and one step off; empty and zero
 logit biases; allowed ids; min_tokens with and without stop ids; bad words of 1 to 3 tokens;
 thinking budgets (none, -1, 0 to 3) with the reasoning markers known, partly known or absent.
+Each list (allowed ids, logit biases, stop ids, bad words) is empty, a few entries long, or, one
+time in four, as long as vLLM 0.22's sampler takes (MAX_LIST_LENGTHS; a few ids repeated).
+
+Real vocabulary sizes (32,768 to 262,144) come in a few examples: one program in 50 (one slot,
+at most three operations, no drafts: each step costs O(V) per row, in interpreted kernels and in
+vLLM's sampler), and a third of the boundary cases whose setting names the vocabulary size (V-1,
+V, V+1; one row). Their ids come from the whole range, from above 32,767 and from the 16-bit
+edges; top_k takes those edges too.
 """
 
 from __future__ import annotations
 
+from itertools import cycle, islice
+
 import numpy as np
 from hypothesis import strategies as st
 
+from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.testing.cases.logits_copy import (BAD_ROWS, FIELD_EDGES, SPECIAL_LOGITS, BadInputCase,
                                                      BoundaryCase, LogitsProgram)
 
@@ -26,35 +37,66 @@ REPETITION = (1.0, ONE_UP, ONE_DOWN, 1.3, 0.7)
 ADDITIVE = (0.0, -0.0, TINY, 0.5, -0.5, 2.0, -2.0)  # frequency and presence
 BIASES = (0.0, -0.0, 2.5, -100.0)
 DTYPES = ("float32", "bfloat16", "float16")
+REAL_VOCABS = (32768, 32769, 50257, 151936, 262144)
+WIDE_ID_EDGES = (2**15 - 1, 2**15, 2**16 - 1, 2**16, 2**17)
+# The longest list of each kind vLLM 0.22's sampler takes for one request (a longer one raises).
+MAX_LIST_LENGTHS = {"allowed_token_ids": 1024, "logit_bias": 1024, "stop_token_ids": 128, "bad_words": 128}
+
+
+def _token_ids(vocab: int) -> st.SearchStrategy[int]:
+    """Ids of the vocabulary; in a real one, from above 32,767 and the 16-bit edges too
+    (Hypothesis favours small integers)."""
+    if vocab <= 2**15:
+        return st.integers(0, vocab - 1)
+    edges = sorted({0, vocab - 1} | {e for e in WIDE_ID_EDGES if e < vocab})
+    return st.one_of(st.integers(0, vocab - 1), st.integers(2**15, vocab - 1), st.sampled_from(edges))
+
+
+def _lists(elements, least: int, most: int, longest: int) -> st.SearchStrategy[tuple]:
+    """`least` to `most` elements, or (one time in four) `longest` of them: a few repeated."""
+    short = st.lists(elements, min_size=least, max_size=most).map(tuple)
+    full = st.lists(elements, min_size=1, max_size=3).map(lambda few: tuple(islice(cycle(few), longest)))
+    return st.one_of(short, short, short, full)
+
+
+def _longest_bias(vocab: int) -> st.SearchStrategy[tuple]:
+    """As many distinct ids as vLLM takes biases for (all of a small vocabulary), from a drawn
+    first id on, each with one of a few biases."""
+    n = min(vocab, MAX_LIST_LENGTHS["logit_bias"])
+    return st.tuples(st.integers(0, vocab - n), st.lists(st.sampled_from(BIASES), min_size=1, max_size=3)).map(
+        lambda first_biases: tuple(zip(range(first_biases[0], first_biases[0] + n), cycle(first_biases[1]))))
 
 
 # -- generation ----------------------------------------------------------------------------
 def _knobs(vocab: int) -> dict:
     """knob -> (neutral settings, settings off neutral), each a strategy of ((name, value), ...)."""
-    ids = st.integers(0, vocab - 1)
+    ids = _token_ids(vocab)
     one = lambda name, values: st.sampled_from(values).map(lambda v: ((name, v),))  # noqa: E731
-    stops = st.lists(ids, min_size=1, max_size=2).map(tuple)
+    stops = _lists(ids, 1, 2, MAX_LIST_LENGTHS["stop_token_ids"])
+    every = (st.just(tuple(range(vocab))),) if vocab <= MAX_LIST_LENGTHS["allowed_token_ids"] else ()
+    cuts = (1, 2, *(e for e in WIDE_ID_EDGES if e < vocab - 1), vocab - 1)
     return {
         "temperature": (one("temperature", (1.0, 0.0)), one("temperature", TEMPERATURES[2:])),
-        "top_k": (one("top_k", (-1, 0, vocab, vocab + 1)), one("top_k", (1, 2, vocab - 1))),
+        "top_k": (one("top_k", (-1, 0, vocab, vocab + 1)), one("top_k", cuts)),
         "top_p": (one("top_p", (1.0,)), one("top_p", TOP_P[1:])),
         "min_p": (one("min_p", (0.0,)), one("min_p", MIN_P[1:])),
         "repetition_penalty": (one("repetition_penalty", (1.0,)), one("repetition_penalty", REPETITION[1:])),
         "frequency_penalty": (one("frequency_penalty", ADDITIVE[:2]), one("frequency_penalty", ADDITIVE[2:])),
         "presence_penalty": (one("presence_penalty", ADDITIVE[:2]), one("presence_penalty", ADDITIVE[2:])),
         "logit_bias": (one("logit_bias", ((),)),
-                       st.lists(st.tuples(ids, st.sampled_from(BIASES)), min_size=1, max_size=3,
-                                unique_by=lambda pair: pair[0]).map(lambda b: (("logit_bias", tuple(b)),))),
+                       st.one_of(*[st.lists(st.tuples(ids, st.sampled_from(BIASES)), min_size=1, max_size=3,
+                                             unique_by=lambda pair: pair[0]).map(tuple)] * 3,
+                                 _longest_bias(vocab)).map(lambda b: (("logit_bias", b),))),
         "allowed_token_ids": (one("allowed_token_ids", ((),)),
-                              st.one_of(st.lists(ids, min_size=1, max_size=4).map(tuple),
-                                        st.just(tuple(range(vocab)))).map(lambda a: (("allowed_token_ids", a),))),
+                              st.one_of(_lists(ids, 1, 4, MAX_LIST_LENGTHS["allowed_token_ids"]),
+                                        *every).map(lambda a: (("allowed_token_ids", a),))),
         "min_tokens": (st.one_of(stops.map(lambda s: (("min_tokens", 0), ("stop_token_ids", s))),
                                  st.integers(1, 4).map(lambda n: (("min_tokens", n),))),
                        st.tuples(st.integers(1, 4), stops).map(
                            lambda ns: (("min_tokens", ns[0]), ("stop_token_ids", ns[1])))),
         "bad_words": (one("bad_words", ((),)),
-                      st.lists(st.lists(ids, min_size=1, max_size=3).map(tuple), min_size=1,
-                               max_size=3).map(lambda w: (("bad_words", tuple(w)),))),
+                      _lists(st.lists(ids, min_size=1, max_size=3).map(tuple), 1, 3,
+                             MAX_LIST_LENGTHS["bad_words"]).map(lambda w: (("bad_words", w),))),
         "thinking_token_budget": (one("thinking_token_budget", (None, -1)),
                                   one("thinking_token_budget", (0, 1, 2, 3))),
     }
@@ -76,18 +118,24 @@ def request_params(draw, vocab: int) -> tuple:
 
 @st.composite
 def logits_programs(draw, max_vocab: int = 24) -> LogitsProgram:
-    vocab = draw(st.sampled_from((1, 2, 5, 8, 9, 17, max_vocab)))
-    slots = draw(st.integers(1, 4))
-    tokens = st.lists(st.integers(0, vocab - 1), max_size=6).map(tuple)
+    real = draw(st.integers(0, 49)) == 49  # the last value: shrinking leaves the small vocabularies
+    if real:
+        vocab = draw(st.sampled_from(REAL_VOCABS))
+        note("real vocabulary (>= 32,768)")
+    else:
+        vocab = draw(st.sampled_from((1, 2, 5, 8, 9, 17, max_vocab)))
+    slots = draw(st.integers(1, 1 if real else 4))
+    ids = _token_ids(vocab)
+    tokens = st.lists(ids, max_size=6).map(tuple)
     live: set[int] = set()
     ops = []
-    for _ in range(draw(st.integers(1, 14))):
+    for _ in range(draw(st.integers(1, 3 if real else 14))):
         free = sorted(set(range(slots)) - live)
         choices = (["add"] if free else []) + (["step", "step", "append", "remove"] if live else [])
         kind = draw(st.sampled_from(choices))
         if kind == "add":
             slot = draw(st.sampled_from(free))
-            prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6).map(tuple))
+            prompt = draw(st.lists(ids, min_size=1, max_size=6).map(tuple))
             ops.append(("add", slot, prompt, draw(tokens), draw(request_params(vocab))))
             live.add(slot)
         elif kind == "remove":
@@ -100,15 +148,15 @@ def logits_programs(draw, max_vocab: int = 24) -> LogitsProgram:
             # Every live request in some order (a decode step as vLLM mostly runs one), or a subset.
             members = draw(st.one_of(st.permutations(sorted(live)),
                                      st.lists(st.sampled_from(sorted(live)), min_size=1, unique=True)))
-            drafts = st.one_of(st.just(()), st.lists(st.integers(0, vocab - 1), min_size=1, max_size=3).map(tuple))
+            drafts = st.just(()) if real else st.one_of(st.just(()), st.lists(ids, min_size=1, max_size=3).map(tuple))
             batch = tuple((slot, draw(drafts)) for slot in members)
-            edits = draw(st.lists(st.tuples(st.integers(0, 15), st.integers(0, vocab - 1),
+            edits = draw(st.lists(st.tuples(st.integers(0, 15), ids,
                                             st.sampled_from(SPECIAL_LOGITS)), max_size=4).map(tuple))
             ops.append(("step", batch, draw(st.integers(0, 2 ** 32 - 1)),
                         draw(st.sampled_from((0.0, 0.3))), edits))
     if not any(op[0] == "step" for op in ops) and live:
         ops.append(("step", ((min(live), ()),), 0, 0.0, ()))
-    marker = st.lists(st.integers(0, vocab - 1), min_size=1, max_size=2).map(tuple)
+    marker = st.lists(ids, min_size=1, max_size=2).map(tuple)
     reasoning = draw(st.one_of(st.none(), st.tuples(marker, marker, marker),
                                st.tuples(marker, marker, st.just(()))))  # the last: not enabled
     return LogitsProgram(vocab, slots, draw(st.sampled_from(DTYPES)), tuple(ops), reasoning)
@@ -119,23 +167,35 @@ def logits_programs(draw, max_vocab: int = 24) -> LogitsProgram:
 # and "V+1" are the vocabulary size's neighbours and "id" a token id drawn per case.
 BOUNDARY_SETTINGS = (
     *[("temperature", t) for t in TEMPERATURES],
-    *[("top_k", k) for k in (-1, 0, 1, "V-1", "V", "V+1")],
+    *[("top_k", k) for k in (-1, 0, 1, 2, "V-1", "V", "V+1")],
     *[("top_p", p) for p in TOP_P[:3]],
     *[("min_p", p) for p in MIN_P],
     *[("repetition_penalty", p) for p in REPETITION[:3]],
     *[(name, v) for name in ("frequency_penalty", "presence_penalty") for v in ADDITIVE[:4]],
     *[("logit_bias", b) for b in ((), (("id", 0.0),), (("id", -0.0),), (("id", 2.5),))],
     *[("allowed_token_ids", a) for a in ((), ("id",), "all")],
-    *[("min_tokens", m) for m in ((0, ("id",)), (2, ()), (2, ("id",)))],
+    *[("min_tokens", m) for m in ((0, ("id",)), (1, ()), (1, ("id",)), (2, ()), (2, ("id",)))],
     *[("bad_words", w) for w in ((), (("id",),), (("id", "id"),))],
-    *[("thinking_token_budget", b) for b in (None, -1, 0, 2)],
+    *[("thinking_token_budget", b) for b in (None, -1, 0, 1, 2)],
 )
+
+
+def _names_vocab_size(value) -> bool:
+    if isinstance(value, tuple):
+        return any(_names_vocab_size(v) for v in value)
+    return value in ("V-1", "V", "V+1")
 
 
 @st.composite
 def boundary_cases(draw, knob: str, value) -> BoundaryCase:
-    vocab = draw(st.sampled_from((2, 5, 8, 17)))
-    token = draw(st.integers(0, vocab - 1))
+    # A setting that names the vocabulary size (V-1, V, V+1) takes a real one a third of the time.
+    real = _names_vocab_size(value) and draw(st.integers(0, 2)) == 2
+    if real:
+        vocab = draw(st.sampled_from(REAL_VOCABS))
+        note("real vocabulary (>= 32,768)")
+    else:
+        vocab = draw(st.sampled_from((2, 5, 8, 17)))
+    token = draw(_token_ids(vocab))
     reasoning = None
     if knob == "thinking_token_budget":
         # starts with `token`; the natural end is another token, and only sometimes known
@@ -147,7 +207,7 @@ def boundary_cases(draw, knob: str, value) -> BoundaryCase:
         temperature=draw(st.sampled_from((1.0, 0.0))),
         token=token,
         special=draw(st.sampled_from((-0.0, 0.0, -200.0, -60.0, 1.0))),
-        drafts=draw(st.lists(st.integers(0, vocab - 1), max_size=2).map(tuple)),
+        drafts=draw(st.lists(_token_ids(vocab), max_size=0 if real else 2).map(tuple)),
         seed=draw(st.integers(0, 2 ** 31 - 1)),
         dtype=draw(st.sampled_from(DTYPES)),
         reasoning=reasoning,

@@ -105,6 +105,38 @@ class ThinkingBudgetIgnored(SkipUnprocessed033):
     needs_processing = _without(thinking_token_budget=None)
 
 
+def _wrapped(x: int, bits: int) -> int:
+    """`x` stored in a signed integer of `bits` bits."""
+    half = 1 << (bits - 1)
+    return (x + half) % (2 * half) - half
+
+
+class SixteenBitTopK(SkipUnprocessed):
+    """Clamps top_k against the vocabulary size in 16-bit integers (a compact per-slot table):
+    exact below 32,768; past it the size wraps (32,768 reads as -32,768, 262,144 as 0), and a
+    top-k that cuts lanes of a real vocabulary reads as none."""
+
+    @staticmethod
+    def needs_processing(params, vocab_size, forces_thinking):
+        if not 0 < _wrapped(params.top_k, 16) < _wrapped(vocab_size, 16):
+            params = dataclasses.replace(params, top_k=0)
+        return needs_processing(params, vocab_size, forces_thinking)
+
+
+class ByteListLengths(SkipUnprocessed):
+    """Counts each request's allowed ids, biases, stop ids and bad words in 8-bit counters (a
+    compact per-slot table), a list counting while its counter is positive: vLLM 0.22 takes up
+    to 1,024 allowed ids or biases and 128 stop ids or bad words, and at those lengths the
+    counter wraps to 0 or -128: the list reads as empty."""
+
+    LISTS = ("allowed_token_ids", "logit_bias", "stop_token_ids", "bad_words")
+
+    @staticmethod
+    def needs_processing(params, vocab_size, forces_thinking):
+        emptied = {name: () for name in ByteListLengths.LISTS if _wrapped(len(getattr(params, name)), 8) <= 0}
+        return needs_processing(dataclasses.replace(params, **emptied), vocab_size, forces_thinking)
+
+
 class MemoizedBatches(SkipUnprocessed):
     """Remembers each batch's answer by the slots in it, never forgetting: a slot reused by a
     request that needs processing is still skipped."""
@@ -126,6 +158,15 @@ class FirstRowsOnly(SkipUnprocessed):
 
     def batch_needs_processing(self, rows):
         return super().batch_needs_processing(rows[:len(set(rows))])
+
+
+class RowsCutAtTableSize(SkipUnprocessed):
+    """Looks the batch up through a buffer of one entry per slot (`max_num_reqs` of them, as a
+    per-request mapping is sized): with speculative rows a batch has more rows than slots, and
+    a request whose rows all lie past the buffer is never looked at."""
+
+    def batch_needs_processing(self, rows):
+        return super().batch_needs_processing(rows[:len(self.needs)])
 
 
 class ValidatesOnlyWhenProcessing(SkipUnprocessed):
@@ -159,9 +200,11 @@ MUTANTS = {
     **{name: BOUNDARY for name in (
         "RawTemperatureGreedy", "TemperatureNearOne", "TopKOffByOne", "TopPRounded", "MinPIgnored",
         "ZeroBiasIgnored", "AllowedIdsIgnored", "MinTokensIgnored", "RepetitionAboveOneOnly",
-        "BadWordsIgnored", "ThinkingBudgetIgnored")},
+        "BadWordsIgnored", "ThinkingBudgetIgnored", "SixteenBitTopK")},
     "MemoizedBatches": "equivalence",
     "FirstRowsOnly": "equivalence",
+    "ByteListLengths": "equivalence",
+    "RowsCutAtTableSize": "equivalence",
     "ValidatesOnlyWhenProcessing": "errors",
     "UncheckedParams": "errors",
 }

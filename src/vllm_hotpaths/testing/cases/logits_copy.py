@@ -165,6 +165,8 @@ def run(program: LogitsProgram, samplers, device) -> Iterator[Step]:
             for s in samplers:
                 s.add_request(slot, list(prompt), list(output), params_of(pairs))
             history[slot] = list(prompt) + list(output)
+            if any(len(v) >= 128 for _, v in pairs if isinstance(v, tuple)):
+                note("a request list of 128 or more entries")
         elif kind == "remove":
             for s in samplers:
                 s.remove_request(op[1])
@@ -175,6 +177,9 @@ def run(program: LogitsProgram, samplers, device) -> Iterator[Step]:
             history[op[1]].extend(op[2])
         elif kind == "step":
             _, batch, seed, share, edits = op
+            spread = sum(1 for _, drafts in batch if drafts)  # requests with speculative rows
+            if spread:
+                note("several requests with several rows" if spread > 1 else "one request with several rows")
             rows, local_pos, input_ids, pos = [], [], [], []
             for slot, drafts in batch:
                 fed = [history[slot][-1]] + list(drafts)
