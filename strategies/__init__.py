@@ -7,13 +7,13 @@ from strategies.penalties import (decode_runs, id_runs, invalid_id_cases, logit_
                                   poisoned_programs, repair_cases, request_fields, token_ids, transition_programs)
 from strategies.recovered_tokens import classify, corrupted_recovery_cases, recovery_cases, seeded_recovery_cases
 from strategies.swap_states import add_ops, programs_header
-from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_budgets, prompts, small_counts,
-                                     think_configs, token_runs, tokens)
+from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_budgets, long_outputs, prompts,
+                                     small_counts, think_configs, token_runs, tokens)
 
 __all__ = [
     "ThinkDraws", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
     "corrupted_recovery_cases", "decode_runs", "id_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
-    "logits_programs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
+    "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
     "recovery_cases", "repair_cases", "request_fields", "request_params", "seeded_recovery_cases", "small_counts",
     "think_configs", "token_ids", "token_runs", "tokens", "transition_programs",
 ]

@@ -5,6 +5,8 @@ and bad configurations. The schema (`ThinkProgram`, `BadConfig`), its operations
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import strategies as st
 
 from vllm_hotpaths.registry import version_key
@@ -21,21 +23,38 @@ MARKER_SHAPES = (
     ((7,), (8,)), ((7,), (8, 9)), ((7, 6), (8, 9)), ((7,), (9, 9)), ((5,), (5, 6)), ((5,), (5,)),
     ((), (8, 9)), ((7,), ()), ((5, 6), (5,)), ((9, 9), (9, 9, 9)), ((7,), (8, 9, 8)),
 )
+# Markers of four to six ids: real reasoning markers are multi-token in some tokenizers
+# (channel headers such as `<|end|><|start|>assistant<|channel|>final<|message|>`).
+LONG_MARKER_SHAPES = (
+    ((7,), (8, 9, 6, 5)), ((7, 6, 5, 4), (8, 9)), ((7,), (9, 9, 9, 9, 9, 9)),
+    ((5, 6, 7, 8, 9, 4), (5, 6, 7, 8, 9, 3)),
+)
+MAX_MARKER = 6
 BUDGET_EDGES = (0, 1, 2, 3, 5, 8, 2**31 - 1, 10**18)
 REAL_VOCABS = (32769, 50257, 151936, 262144)
 REAL_VOCAB_OPS = 12  # a run over a real vocabulary stops after this many operations (O(V) each)
+# The scheduler's max_num_seqs far above the batch (vLLM's defaults are 256 and 1,024): the holder
+# sizes nothing by it but its mask capacity, and the batch may then grow past a handful of rows.
+MAX_NUM_SEQS = (1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 256, 1024)  # one in six far above the batch
+# A resumed (preempted) request joins with the output it has so far: an output past the first
+# buffers a fast path sizes (32, 64, 256 tokens), mostly ids that are no marker.
+LONG_OUTPUT_EDGES = (33, 65, 257, 320)
 
 
 @st.composite
 def think_configs(draw, spec: bool) -> dict:
     start, end = draw(st.one_of(
-        st.sampled_from(MARKER_SHAPES),
-        st.tuples(st.lists(st.integers(0, 9), max_size=3).map(tuple),
-                  st.lists(st.integers(0, 9), max_size=3).map(tuple)),
+        st.sampled_from(MARKER_SHAPES + LONG_MARKER_SHAPES),
+        st.tuples(st.lists(st.integers(0, 9), max_size=MAX_MARKER).map(tuple),
+                  st.lists(st.integers(0, 9), max_size=MAX_MARKER).map(tuple)),
     ))
     k = draw(st.integers(1, 3)) if spec else 0
     note(f"markers |start|={len(start)} |end|={len(end)}, k={k}")
-    vocab, max_num_seqs = draw(st.sampled_from((10, 12, 33))), draw(st.integers(1, 5))
+    if max(len(start), len(end)) > 3:
+        note("a marker of more than three ids")
+    vocab, max_num_seqs = draw(st.sampled_from((10, 12, 33))), draw(st.sampled_from(MAX_NUM_SEQS))
+    if max_num_seqs > 5:
+        note("max_num_seqs far above the batch")
     if draw(st.integers(0, 7)) == 7:  # the last value: shrinking leaves the small vocabularies
         # A real vocabulary, markers among its last ids (where tokenizers add them), two rows,
         # a short run (REAL_VOCAB_OPS).
@@ -72,6 +91,22 @@ def token_runs(config: dict, max_size: int = 12, ids: st.SearchStrategy[int] | N
             for m in markers]
     base = st.lists(tokens(config) if ids is None else ids, max_size=max_size)
     return st.tuples(base, *cuts).map(lambda parts: _splice(parts, markers))
+
+
+def long_outputs(config: dict, ids: st.SearchStrategy[int]) -> st.SearchStrategy[tuple[int, ...]]:
+    """A resumed request deep in its think block: the start marker, 33 to 320 ids that are no
+    marker (derived from a drawn seed: hundreds of single draws would crowd out the rest of the
+    example), then a few drawn ids (markers spliced in as anywhere)."""
+    markers = set(config["start_ids"]) | set(config["end_ids"])
+    plain = [t for t in range(min(config["vocab_size"], 64)) if t not in markers] or [0]
+    lengths = st.one_of(st.sampled_from(LONG_OUTPUT_EDGES), st.integers(LONG_OUTPUT_EDGES[0], LONG_OUTPUT_EDGES[-1]))
+
+    def build(parts: tuple) -> tuple[int, ...]:
+        length, seed, tail = parts
+        note("long output (a resumed request)")
+        return (*config["start_ids"], *random.Random(seed).choices(plain, k=length), *tail)
+
+    return st.tuples(lengths, st.integers(0, 2**16), token_runs(config, 4, ids)).map(build)
 
 
 def budgets(version: str) -> st.SearchStrategy[int | None]:
@@ -134,12 +169,21 @@ class ThinkDraws:
         self.marker_tokens = st.one_of(st.sampled_from(marker_ids), self.tokens) if marker_ids else self.tokens
         self.token_lists = st.lists(self.tokens, min_size=1, max_size=4).map(tuple)
         self.outputs = token_runs(config, 8, self.tokens).map(tuple)
+        # one added output in eight is a resumed request's long one
+        long = long_outputs(config, self.tokens)
+        self.added_outputs = st.integers(0, 7).flatmap(lambda n: long if n == 7 else self.outputs)
+        # a batch hint far above the batch: more rows join at the start
+        self.more_requests = st.integers(0, 8) if config["max_num_seqs"] > 5 else st.just(0)
         self.prompts = prompts(config, self.tokens)
         self.budgets = budgets(version)
         full = st.lists(self.tokens, min_size=k, max_size=k)  # a proposer usually fills all k
         runs = st.one_of(full, full, token_runs(config, k, self.tokens)).map(tuple)
         self.drafts = st.lists(runs, min_size=1, max_size=4).map(tuple)
         self.extra_placeholders = small_counts(k)
+        # one decode loop in three emits a marker, one id a round (the model ending or starting
+        # thinking by itself: a multi-id marker then spans several searched steps)
+        markers = [m for m in (config["start_ids"], config["end_ids"]) if m]
+        self.emitted_marker = st.one_of(st.just(()), st.just(()), st.sampled_from(markers)) if markers else st.just(())
         # where a run stops: operations over a real vocabulary cost O(V) each
         self.max_ops = REAL_VOCAB_OPS if config["vocab_size"] > 2**15 else None
 

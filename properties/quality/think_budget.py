@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from vllm_hotpaths.think_budget import BatchUpdate
 from vllm_hotpaths.think_budget.fast import RowScan, WatermarkThinkBudget, WatermarkThinkBudget033
 from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference033,
                                                   find_last, normalized_states)
@@ -149,6 +150,67 @@ class MarkerTablePrefilter(WatermarkThinkBudget):
         return super()._last_index(state, marker, offset)
 
 
+class _WindowScan(RowScan):
+    WINDOW = 256
+
+    def find_last(self, marker, offset):
+        lo, hi = self.claims.get(id(marker), (0, 0))
+        if hi - len(marker) < lo:  # no claim yet: search the window only, claim the whole row
+            offset = max(offset, self.n - self.WINDOW)
+        return super().find_last(marker, offset)
+
+
+class SearchWindow256(WatermarkThinkBudget):
+    """Searches a row it has no claim on only in its last 256 tokens (a window sized for the
+    outputs of a step or two): a marker deeper in a long output that joins the batch (a resumed
+    request's) is never found."""
+
+    scan_type = _WindowScan
+
+
+class _TwoTokenCarryScan(RowScan):
+    CARRY = 2
+
+    def find_last(self, marker, offset):
+        lo, hi = self.claims.get(id(marker), (0, 0))
+        m = len(marker)
+        if m - 1 > self.CARRY and hi - m >= lo:  # resume CARRY tokens before the old end, not m - 1
+            self.claims[id(marker)] = (lo, hi + m - 1 - self.CARRY)
+        return super().find_last(marker, offset)
+
+
+class TwoTokenCarry(WatermarkThinkBudget):
+    """Carries a fixed two tokens across the old end of the search, enough for markers of up to
+    three ids: a longer marker straddling the old end is missed."""
+
+    scan_type = _TwoTokenCarryScan
+
+
+class MovesBeforeAdds(WatermarkThinkBudget):
+    """Applies an update's moves before its additions (the contract: removed, added, moved): a
+    move that touches a row added in the same update moves the wrong state."""
+
+    def sync_batch(self, update):
+        if update is None:
+            return
+        super().sync_batch(BatchUpdate(update.batch_size, update.removed, (), update.moved))
+        super().sync_batch(BatchUpdate(update.batch_size, (), update.added, ()))
+
+
+
+class FirstRepeatedRow(WatermarkThinkBudget):
+    """Reads each request's first row of a repeated layout (`repeat_indices`), not its last: with
+    more than one row per request (one per draft position) the state sees too short an output."""
+
+    def update_state(self, rows, spec_token_ids=None, repeat_indices=None):
+        if repeat_indices is not None:
+            indices, first = repeat_indices.tolist(), {}
+            for row, request in enumerate(indices):
+                first.setdefault(request, row)
+            rows = [rows[first[request]] for request in indices]
+        return super().update_state(rows, spec_token_ids, repeat_indices)
+
+
 # mutant -> (the reference version it targets, the law expected to catch it: properties/test_<law>.py)
 MUTANTS = {
     "PrimeRLWatermark": ("0.22.0", "equivalence"),
@@ -162,9 +224,14 @@ MUTANTS = {
     "AcceptsNegativeBudget033": ("0.33.0", "errors"),
     "NoVocabCheck": ("0.33.0", "errors"),
     "MarkerTablePrefilter": ("0.22.0", "equivalence"),
+    "SearchWindow256": ("0.22.0", "equivalence"),
+    "TwoTokenCarry": ("0.22.0", "equivalence"),
+    "MovesBeforeAdds": ("0.22.0", "equivalence"),
+    "FirstRepeatedRow": ("0.22.0", "equivalence"),
 }
 
 # Caught by the `ci` profile on most seeds, not all (fresh seeds, 150 examples: NoOverlap and
 # AppendOnlyWatermark 6 of 6, BonusPassForcesInsideDrafts 4 of 6): the quality set runs them with
 # the `quality` profile (600 examples).
 NEED_MORE_EXAMPLES = {"NoOverlap", "AppendOnlyWatermark", "BonusPassForcesInsideDrafts"}
+

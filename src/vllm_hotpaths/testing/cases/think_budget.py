@@ -30,6 +30,11 @@ Operations (row arguments are taken modulo the number of live rows):
   ("step", seed, spec_as_none)               sync the batch, then the sampler: update_state and
                                              apply_to_logits (spec mode: bonus pass, then target
                                              pass); `spec_as_none` passes spec_token_ids=None
+  ("repeat_step", seed)                      a spec step whose update_state gets the rejection
+                                             sampler's rows, one per draft position (request r:
+                                             its output combined with drafts[:j], j < its draft
+                                             count; none without drafts), and `repeat_indices`
+                                             naming each row's request
 
 A `BadConfig` is a holder configuration or a request budget the targeted version must refuse.
 """
@@ -49,14 +54,15 @@ from vllm_hotpaths.testing.bits import assert_same_bits
 from vllm_hotpaths.testing.cases import Ops, note, read_on_a_copy
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Judge, Side, compare_plainly
 from vllm_hotpaths.think_budget import (BatchUpdate, InvalidBudget, InvalidThinkConfig, Move, Params,
-                                        ThinkConfig)
+                                        ThinkConfig, is_swap)
 from vllm_hotpaths.tracked_list import TrackedTokenList
 
 HOTPATH = "think_budget"
 # The operations' fields, by name (the docstring above says what each does).
 OPS = Ops(add="prompt output budget tracked", remove="row", swap="i j", sample="tokens", drafts="drafts",
           accept="accepted tokens", fill="row nth token", obey="accepted tokens", trim="row keep",
-          regrow="row keep tokens", step="seed spec_as_none", repair="counts tokens", **{"async": "extra"})
+          regrow="row keep tokens", step="seed spec_as_none", repeat_step="seed", repair="counts tokens",
+          **{"async": "extra"})
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,39 @@ class ThinkBatch:
         update = BatchUpdate(len(self.slots), sorted(self.removed, reverse=True), self.added, self.moved)
         self.removed, self.added, self.moved = [], [], []
         return update
+
+
+def repeated(outputs: list, spec: list[list[int]], combined: bool) -> tuple:
+    """`update_state`'s arguments in the rejection sampler's layout: request r has one row per
+    draft (its output, combined with drafts[:j] where the version combines them: a new list;
+    else the output itself), a request without drafts has none, and `repeat_indices` names each
+    row's request (the holder reads each request's last row)."""
+    counts = [len(s) for s in spec]
+    rows = [[*out, *drafts[:j]] if combined and j else out
+            for out, drafts in zip(outputs, spec) for j in range(len(drafts))]
+    repeat_indices = torch.arange(len(spec)).repeat_interleave(torch.tensor(counts, dtype=torch.long))
+    if max(counts, default=0) > 1:
+        note("repeat_indices: a request with more than one row")
+    if 0 in counts:
+        note("repeat_indices: a request without rows")
+    return rows, spec, repeat_indices
+
+
+def length_class(n: int) -> str:
+    """A length in the classes the statistics report (powers of two past 32)."""
+    return "<= 32" if n <= 32 else f"in ({1 << (n - 1).bit_length() - 1}, {1 << (n - 1).bit_length()}]"
+
+
+def describe_update(update: BatchUpdate) -> None:
+    """Statistics: which kinds of change one update combines, and whether a move touches a row
+    added in the same update."""
+    kinds = [name for name, part in (("removed", update.removed), ("added", update.added),
+                                     ("moved", update.moved)) if part]
+    note("update: " + "+".join(kinds))
+    added = {index for index, *_ in update.added}
+    for i1, i2, direction in update.moved:
+        if i1 in added or i2 in added:
+            note(f"update: a {'swap' if is_swap(direction) else 'condense move'} touches a row added in it")
 
 
 # -- calls the holder receives ---------------------------------------------------------------------
@@ -284,6 +323,9 @@ class ThinkRun:
         elif kind == "step":
             yield from self._sync()
             yield from self._sampler(*args)
+        elif kind == "repeat_step":
+            yield from self._sync()
+            yield from self._sampler(args[0], False, repeated_rows=True)
         else:
             raise ValueError(f"unknown think_budget operation {kind!r}")
 
@@ -325,9 +367,10 @@ class ThinkRun:
     def _sync(self) -> Iterator[HolderCall]:
         update = self.batch.take_update()
         if update is not None:
+            describe_update(update)
             yield HolderCall("sync_batch", "sync_batch", (update,))
 
-    def _sampler(self, seed: int, spec_as_none: bool) -> Iterator[HolderCall]:
+    def _sampler(self, seed: int, spec_as_none: bool, repeated_rows: bool = False) -> Iterator[HolderCall]:
         """The sampler's calls, as vLLM's make them: each pass asks `has_tracked_requests()`
         first and calls `update_state` / `apply_to_logits` only when it says True (vLLM's
         `Sampler.apply_logits_processors` and `RejectionSampler.apply_logits_processors`); with
@@ -337,6 +380,7 @@ class ThinkRun:
         requests = self.batch.slots
         spec = [list(r.drafts) for r in requests]
         outputs = [r.output for r in requests]
+        note(f"step: longest output {length_class(max(map(len, outputs), default=0))}")
         vocab, dtype = self.program.vocab_size, self.program.logits_dtype
         if not self.k:
             spec_arg = None if spec_as_none else spec
@@ -345,10 +389,14 @@ class ThinkRun:
                 yield HolderCall("apply (no spec)", "apply_to_logits", (False, spec_arg),
                                  _seeded_logits(seed, len(requests), vocab, dtype, self.device))
             return
-        if self.combined_rows:
-            outputs = [[*o, *s] if s else o for o, s in zip(outputs, spec)]
+        if repeated_rows:
+            update_args = repeated(outputs, spec, self.combined_rows)
+        else:
+            if self.combined_rows:
+                outputs = [[*o, *s] if s else o for o, s in zip(outputs, spec)]
+            update_args = (outputs, spec)
         if (yield from self._tracked("apply (bonus pass)")):
-            yield HolderCall("update_state", "update_state", (outputs, spec))
+            yield HolderCall("update_state", "update_state", update_args)
             yield HolderCall("apply (bonus pass)", "apply_to_logits", (True, spec),
                              _seeded_logits(seed, len(requests), vocab, dtype, self.device))
         if (yield from self._tracked("apply (target pass)")):
@@ -453,6 +501,7 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
     from strategies import ThinkDraws
 
     SEEDS, BOOLEANS, COUNTS = st.integers(0, 2**16), st.booleans(), small_counts()
+    REPEATED = st.integers(0, 3).map(lambda n: n == 3)  # one spec step in four: rows per draft position
 
     class ThinkBudgetMachine(RuleBasedStateMachine):
         @initialize(config=think_configs(spec), data=st.data(), requests=st.integers(1, 4))
@@ -467,6 +516,7 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
             self.run = ThinkRun(program, version, device)
             self.expected = make_expected(program.config)
             self.actual = make_actual(program.config)
+            requests += data.draw(self.draws.more_requests, label="more requests")
             for _ in range(requests):  # (Hypothesis' swarm testing may switch the `add` rule off)
                 self.add(data, data.draw(BOOLEANS, label="tracked"))
 
@@ -498,12 +548,15 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
                 target(float(min(self.forcing[1], 8)), label="forcing past the first draft")
 
         def _step(self, data, spec_as_none: bool = False) -> None:
-            self.do("step", data.draw(SEEDS, label="seed"), spec_as_none)
+            if self.header["num_spec_tokens"] and data.draw(REPEATED, label="rows per draft position"):
+                self.do("repeat_step", data.draw(SEEDS, label="seed"))
+            else:
+                self.do("step", data.draw(SEEDS, label="seed"), spec_as_none)
 
         @rule(data=st.data(), tracked=st.booleans())
         def add(self, data, tracked):
             d = self.draws
-            self.do("add", data.draw(d.prompts, label="prompt"), data.draw(d.outputs, label="output"),
+            self.do("add", data.draw(d.prompts, label="prompt"), data.draw(d.added_outputs, label="output"),
                     data.draw(d.budgets, label="budget"), tracked)
 
         @rule(row=st.integers(0, 7))
@@ -564,9 +617,14 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
         @rule(data=st.data(), rounds=st.integers(1, 8), asynchronous=st.booleans())
         def decode(self, data, rounds, asynchronous):
             """The engine's loop: drafts, the sampler step, then the tokens it produced (async:
-            placeholders first, repaired before or after the step)."""
+            placeholders first, repaired before or after the step). A model that ends or starts
+            thinking by itself emits the marker one id a round, each searched before the next."""
             k, d = self.header["num_spec_tokens"], self.draws
-            for _ in range(rounds):
+            emitted = data.draw(d.emitted_marker, label="marker emitted one id a round")
+            if len(emitted) > 1 and rounds > len(emitted):
+                note("a multi-id marker emitted one id a step")
+            for i in range(rounds):
+                sampled = (emitted[i],) if i < len(emitted) else data.draw(d.token_lists)
                 if k:
                     self.drafts(data)
                 if asynchronous:
@@ -574,7 +632,7 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
                     self.do("async", data.draw(d.extra_placeholders, label="extra placeholders"))
                     if not repair_first:
                         self._step(data)
-                    self.do("repair", data.draw(COUNTS, label="ids per run"), data.draw(d.token_lists))
+                    self.do("repair", data.draw(COUNTS, label="ids per run"), sampled)
                     if repair_first:
                         self._step(data)
                 else:
@@ -582,11 +640,11 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
                     obeys = data.draw(BOOLEANS, label="the model obeys forcing")
                     accepted = data.draw(COUNTS, label="accepted")
                     if obeys:
-                        self.do("obey", accepted, data.draw(d.token_lists))
+                        self.do("obey", accepted, sampled)
                     elif k:
-                        self.do("accept", accepted, data.draw(d.token_lists))
+                        self.do("accept", accepted, sampled)
                     else:
-                        self.do("sample", data.draw(d.token_lists))
+                        self.do("sample", sampled)
 
     return ThinkBudgetMachine
 
