@@ -7,6 +7,8 @@ requires a failure with a written fixture.
 
 from __future__ import annotations
 
+import numpy as np
+
 from vllm_hotpaths.swap_states import InvalidRow, active_count, check_swap_rows
 from vllm_hotpaths.swap_states import fast
 from vllm_hotpaths.swap_states.fast import MemmoveSwap, MemmoveSwap022, MemmoveSwap033
@@ -147,8 +149,6 @@ class NoVacatedBlockClear033(MemmoveSwap033):
     CLEARS_VACATED_BLOCKS = False
 
 
-# mutant -> (the reference version it is checked against, the law expected to catch it:
-# properties/test_<law>.py)
 class MaskScratchOf32K(MemmoveSwap022):
     """Swaps allowed-mask rows through a scratch row of 32,768 bytes (a typical vocabulary's):
     columns past it stay with the old row."""
@@ -164,6 +164,51 @@ class MaskScratchOf32K(MemmoveSwap022):
             views.mask_width = width
 
 
+class AcceptedCountStays(MemmoveSwap022):
+    """Moves every per-row array but the spec-decode counter `num_accepted_tokens_cpu` (as if the
+    fast path's list of sampling arrays ended before it): each row keeps its own count."""
+
+    def swap_states(self, batch, i1, i2):
+        kept = batch.num_accepted_tokens_cpu.copy()
+        super().swap_states(batch, i1, i2)
+        batch.num_accepted_tokens_cpu[:] = kept
+
+    def condense(self, batch):
+        kept = batch.num_accepted_tokens_cpu.copy()
+        super().condense(batch)
+        batch.num_accepted_tokens_cpu[:] = kept
+
+
+class LoraIdsAs32Bit(MemmoveSwap022):
+    """Moves the LoRA id mapping (int64) through 32-bit items, like the token counts beside it:
+    a LoRA id past 2**31 - 1 arrives with its high half lost."""
+
+    def swap_states(self, batch, i1, i2):
+        before = batch.request_lora_mapping.copy()
+        super().swap_states(batch, i1, i2)
+        _truncate_moved(batch.request_lora_mapping, before)
+
+    def condense(self, batch):
+        before = batch.request_lora_mapping.copy()
+        super().condense(batch)
+        _truncate_moved(batch.request_lora_mapping, before)
+
+
+def _truncate_moved(mapping, before):
+    moved = mapping != before
+    mapping[moved] = mapping[moved].astype(np.int32)
+
+
+class TokenScratchOf8K(MemmoveSwap022):
+    """Swaps token rows through a scratch row of 8,192 tokens (an initial capacity never grown):
+    columns past it stay with the old row once a row is longer."""
+
+    def _swapped_columns(self, views, n1, n2):
+        return min(max(n1, n2), 8192)
+
+
+# mutant -> (the reference version it is checked against, the law expected to catch it:
+# properties/test_<law>.py)
 MUTANTS = {
     "FirstRowLength": ("0.16.0", "equivalence"),
     "CommittedOnly": ("0.16.0", "equivalence"),
@@ -179,6 +224,9 @@ MUTANTS = {
     "BlockPrefixOnly": ("0.22.0", "equivalence"),
     "NoVacatedBlockClear033": ("0.33.0", "equivalence"),
     "MaskScratchOf32K": ("0.22.0", "equivalence"),
+    "AcceptedCountStays": ("0.22.0", "equivalence"),
+    "LoraIdsAs32Bit": ("0.22.0", "equivalence"),
+    "TokenScratchOf8K": ("0.22.0", "equivalence"),
 }
 
 # Caught by `ci`'s one derandomized draw on most code states but not all (an empty row swapped

@@ -200,8 +200,9 @@ class BatchState:
             if self.allowed_token_ids_mask_cpu_tensor is None:
                 self.allowed_token_ids_mask_cpu_tensor = torch.zeros(
                     self.max_num_reqs, self.vocab_size, dtype=torch.bool)
-            self.allowed_token_ids_mask_cpu_tensor[index] = True
-            self.allowed_token_ids_mask_cpu_tensor[index][request.allowed_token_ids] = False
+            row = self.allowed_token_ids_mask_cpu_tensor.numpy()[index]  # numpy: torch's bool fills are slow
+            row[:] = True
+            row[request.allowed_token_ids] = False
         if request.bad_words_token_ids:
             self.bad_words_token_ids[index] = request.bad_words_token_ids
 
@@ -222,7 +223,7 @@ class BatchState:
             return index
         self.generators.pop(index, None)
         if self.allowed_token_ids_mask_cpu_tensor is not None:
-            self.allowed_token_ids_mask_cpu_tensor[index].fill_(False)
+            self.allowed_token_ids_mask_cpu_tensor.numpy()[index] = False
         self.bad_words_token_ids.pop(index, None)
         return index
 
@@ -254,3 +255,9 @@ def book_token(batch, req_id: str, token: int) -> None:
     batch.is_token_ids[index, end] = True
     batch.num_tokens_no_spec[index] = end + 1
     batch.req_output_token_ids[index].append(token)
+
+
+def record_accepted(batch, req_id: str, count: int) -> None:
+    """The model runner's write of a row's spec-decode counter after a verified step (hybrid
+    models read it as the number of accepted tokens plus one), on this batch or vLLM's InputBatch."""
+    batch.num_accepted_tokens_cpu[batch.req_id_to_index[req_id]] = count

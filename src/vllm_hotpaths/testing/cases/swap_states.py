@@ -18,6 +18,8 @@ Operations:
   ("drafts", n, drafts)         r{n}'s speculative drafts (cut to fit max_model_len)
   ("token", n, token)           r{n} appends a sampled id (-1: async placeholder); its drafts
                                 are used up
+  ("accepted", n, count)        the model runner writes r{n}'s spec-decode counter
+                                (`num_accepted_tokens_cpu`; generative batches only)
   ("swap", i1, i2)              the hot path; rows may be empty or out of range: a clear error
   ("condense",)                 the hot path; a second one in a step must be refused clearly
   ("end_step",)                 condense (unless this step did), then the step's removals and
@@ -40,8 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vllm_hotpaths.swap_states import CondensedAlready, InvalidRow, check_swap_rows
-from vllm_hotpaths.testing.batches.swap_states import BatchState, Request, book_token
+from vllm_hotpaths.swap_states import (COUNT_ARRAYS, SAMPLING_ARRAYS, SAMPLING_DICTS, CondensedAlready,
+                                       InvalidRow, active_count, check_swap_rows, condense_plan)
+from vllm_hotpaths.testing.batches.swap_states import BatchState, Request, book_token, record_accepted
 from vllm_hotpaths.testing.cases import Ops, note
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Judge, Side, compare_plainly
 from vllm_hotpaths.testing.live import swap_states as live
@@ -49,7 +52,7 @@ from vllm_hotpaths.testing.oracles.swap_states import (MASK, Lists, assert_same_
                                                         mask_rows_differing)
 
 OPS = Ops(add="n seed prompt_len output_len async_tail prompt_kind allowed generator bad_words lora sampling",
-          remove="n", drafts="n drafts", token="n token", swap="i1 i2")
+          remove="n", drafts="n drafts", token="n token", accepted="n count", swap="i1 i2")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class SwapProgram:
 SAMPLINGS = (  # (temperature, top_p, top_k, frequency, presence, repetition)
     (1.0, 1.0, 0, 0.0, 0.0, 1.0), (0.0, 1.0, 0, 0.0, 0.0, 1.0), (0.7, 0.9, 5, 0.5, -0.25, 1.2),
     (0.05, 0.5, 1, -2.0, 2.0, 0.5), (1.3, 0.999, 100000, 1.5, 0.1, 1.0000001),
+    (0.9, 0.8, 2, 0.25, 0.0, 1.1), (0.6, 1.0, 2**31 - 1, 0.0, 1.0, 0.9),  # top_k 0, 1, 2, 5, past V, int32 max
 )
 HIDDEN = 3  # width of the prompt-embedding rows
 
@@ -155,6 +159,9 @@ class BatchSide:
         book_token(self.batch, req_id, token)
         self.drafts(req_id, [])
 
+    def accepted(self, req_id: str, count: int) -> None:
+        record_accepted(self.batch, req_id, count)
+
     def end_step(self) -> None:
         self.batch.batch_update_builder.reset()
 
@@ -201,6 +208,7 @@ class SwapRun:
                 return "skipped", "live id or full batch"
             for side in self.sides:
                 side.add(request)
+            note_limits(lead, self.program, request)
         elif kind in ("remove", "remove_all"):
             ids = [f"r{op[1]}"] if kind == "remove" else [i for i in lead._req_ids if i is not None]
             ids = [i for i in ids if i in lead.req_id_to_index]
@@ -226,6 +234,13 @@ class SwapRun:
                     return "skipped", "row is full"
                 for side in self.sides:
                     side.token(req_id, op[2])
+        elif kind == "accepted":
+            req_id = f"r{op[1]}"
+            if req_id not in lead.req_id_to_index or lead.is_pooling_model:
+                return "skipped", "not live, or a pooling batch (no spec decode)"
+            for side in self.sides:
+                side.accepted(req_id, op[2])
+            note_accepted(op[2])
         elif kind == "swap":
             if self.valid_only:
                 try:
@@ -234,10 +249,15 @@ class SwapRun:
                     return "skipped", "not two live rows"
             if op[1] == op[2]:
                 note("swap of a row with itself")
+            elif _live(lead, op[1]) and _live(lead, op[2]):
+                note_differing(lead, op[1], op[2], "swap")
             return self._refusable(lambda side: side.impl.swap_states(side.batch, op[1], op[2]))
         elif kind == "condense":
             if self.valid_only and self.condensed:
                 return "skipped", "condensed already"
+            if not self.condensed:
+                for src, dst in condense_plan(lead.batch_update_builder.removed, lead.num_reqs):
+                    note_differing(lead, src, dst, "condense")
             outcome = self._refusable(lambda side: side.impl.condense(side.batch))
             self.condensed = True
             return outcome
@@ -263,6 +283,55 @@ class SwapRun:
         if all(o is None for o in outcomes):
             return "ran", None
         return "refused", outcomes
+
+
+# -- what a run reaches (hypothesis events, one per kind and program) ------------------------
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+
+
+def row_fields_differing(batch, r1: int, r2: int) -> list[str]:
+    """The fields swap and condense write in which rows r1 and r2 differ: a move that forgot one
+    of them shows only where these differ."""
+    found = [name for name in COUNT_ARRAYS + (() if batch.is_pooling_model else SAMPLING_ARRAYS)
+             if getattr(batch, name)[r1] != getattr(batch, name)[r2]]
+    n = max(active_count(batch, r1), active_count(batch, r2))
+    found += [name for name in ("token_ids_cpu", "is_token_ids")
+              if not np.array_equal(getattr(batch, name)[r1, :n], getattr(batch, name)[r2, :n])]
+    found += ["spec_token_ids"] if batch.spec_token_ids[r1] != batch.spec_token_ids[r2] else []
+    dicts = ("req_prompt_embeds",) + (() if batch.is_pooling_model else SAMPLING_DICTS)
+    found += [name for name in dicts if getattr(batch, name).get(r1) is not getattr(batch, name).get(r2)]
+    groups = batch.block_table.block_tables
+    found += ["block_table"] if any(not np.array_equal(g.block_table.np[r1], g.block_table.np[r2])
+                                    for g in groups) else []
+    mask = batch.allowed_token_ids_mask_cpu_tensor
+    if mask is not None and not batch.is_pooling_model and not np.array_equal(mask.numpy()[r1], mask.numpy()[r2]):
+        found.append("allowed_token_ids_mask")
+    return found
+
+
+def note_differing(batch, r1: int, r2: int, what: str) -> None:
+    for name in row_fields_differing(batch, r1, r2):
+        note(f"{what} moves a differing {name}")
+
+
+def note_accepted(count: int) -> None:
+    kind = count if count < 3 else "at the int32 maximum" if count == INT32_MAX else "3 or more"
+    note(f"accepted count {kind}")
+
+
+def note_limits(batch, program: SwapProgram, request: Request) -> None:
+    """The boundaries an add reached: a full batch, a row at max_model_len with outputs, rows
+    past 8,192 and 65,535 tokens, LoRA ids past 32 bits and at the int64 maximum."""
+    if batch.num_reqs == program.max_num_reqs:
+        note("batch filled to max_num_reqs")
+    num_tokens = request.num_prompt_tokens + len(request.output_token_ids)
+    if num_tokens == program.max_model_len and request.output_token_ids:
+        note("row at max_model_len with outputs")
+    for limit in (8192, 65535):
+        if num_tokens > limit:
+            note(f"row past {limit:,} tokens")
+    if request.lora_id > INT32_MAX:
+        note("LoRA id at the int64 maximum" if request.lora_id == INT64_MAX else "LoRA id past 32 bits")
 
 
 # -- the comparison ---------------------------------------------------------------------------
@@ -351,7 +420,7 @@ class Conformance:
         if op[0] == "swap" and mask is not None:
             swap = OPS.types["swap"](*op)
             if _live(reference, swap.i1) and _live(reference, swap.i2):
-                swaps = not torch.equal(mask[swap.i1], mask[swap.i2])
+                swaps = not np.array_equal(mask.numpy()[swap.i1], mask.numpy()[swap.i2])
         add = OPS.types["add"](*op) if op[0] == "add" else None
         if add and mask is not None and add.allowed == 0 and f"r{add.n}" not in reference.req_id_to_index:
             holes = [] if run.condensed else reference.batch_update_builder._removed  # (a new step)
@@ -473,6 +542,12 @@ def machine(make_sides, observer, log: CaseLog, valid_only: bool = False):
         @rule(data=st.data(), token=st.one_of(st.integers(-1, 23), ANY_ID))
         def token(self, data, token):
             self.do("token", self._request(data), min(token, self.header["vocab_size"] - 1))
+
+        @rule(data=st.data(), count=st.one_of(st.integers(0, 5), st.just(2**31 - 1)))
+        def accepted(self, data, count):
+            """After a verified spec-decode step: 1 + the accepted drafts (0 and the field's
+            maximum too: a swap or condense that left the counter behind shows wherever rows differ)."""
+            self.do("accepted", self._request(data), count)
 
         @rule(data=st.data())
         def swap(self, data):
