@@ -55,6 +55,7 @@ def check_candidate(program: LogitsProgram, candidate, device) -> None:
 # conformance law's comparison.
 @pytest.mark.check("conformance")
 @pytest.mark.needs_vllm
+@pytest.mark.needs_interpreter  # vLLM's kernels on CPU tensors: in the interpreted run, not a CUDA one
 @pytest.mark.parametrize("knob, value", BOUNDARY_SETTINGS, ids=[f"{k}={v}" for k, v in BOUNDARY_SETTINGS])
 @given(data=st.data())
 @settings(max_examples=max(3, settings.default.max_examples // 50))

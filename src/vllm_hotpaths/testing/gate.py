@@ -295,14 +295,16 @@ def interprets_apart(options: GateOptions) -> bool:
 
 def _interpreted_run(options: GateOptions):
     """(exit code, rows) of the run of the Triton cases on CPU tensors in Triton's interpreter (a
-    second pytest process)."""
+    second pytest process). The GPU is hidden from it: it runs CPU cases only, and vLLM, seeing a
+    GPU, would put its Model Runner V2 buffers there, which interpreted kernels cannot mix with
+    CPU tensors."""
     with tempfile.TemporaryDirectory() as scratch:
         rows_file = Path(scratch) / "rows.json"
         cmd = [sys.executable, "-m", "pytest", *options.pytest_args(interpreted=True),
                "-p", "vllm_hotpaths.testing.gate", "--gate-rows", str(rows_file)]
         print("gate: the Triton cases on CPU tensors, in Triton's interpreter:\n  TRITON_INTERPRET=1 "
-              + " ".join(cmd), flush=True)
-        code = subprocess.run(cmd, env=dict(os.environ, TRITON_INTERPRET="1")).returncode
+              "CUDA_VISIBLE_DEVICES= " + " ".join(cmd), flush=True)
+        code = subprocess.run(cmd, env=dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")).returncode
         rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
     return (code if rows else 2), rows
 
@@ -407,7 +409,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
             for result in child_rows:
                 key = tuple(result[k] for k in ("hotpath", "check", "device", "implementation"))
                 for failure in result["failures"]:
-                    failure["replay"] = "TRITON_INTERPRET=1 " + options.replay_command(failure["test"])
+                    failure["replay"] = "TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES= " + options.replay_command(failure["test"])
                 plugin.rows.setdefault(key, Row(*key)).merge(result)
     except KeyboardInterrupt as err:
         partial.append(f"interrupted ({err})" if str(err) else "interrupted")
