@@ -194,7 +194,7 @@ LAWS = ("equivalence", "errors")
 # Caught on some ci draws but not all: the quality set runs these with the `quality` profile (600
 # examples, derandomized). MemoizedBatches needs a batch of requests that need no processing, then
 # the same slots with one that does.
-NEED_MORE_EXAMPLES = {"MemoizedBatches"}
+NEED_MORE_EXAMPLES = {"MemoizedBatches", "RowsCutAtTableSize"}
 BOUNDARY = "test_candidate_matches_reference_at_each_boundary"
 MUTANTS = {
     **{name: BOUNDARY for name in (
