@@ -85,8 +85,9 @@ def pytest_configure(config):
     skip_shrinking(config)
     for line in (
         "hotpath(name): the hot path a property belongs to",
-        "check(kind): equivalence (candidate vs reference), conformance (reference vs vLLM) or "
-        "drift (an older reference vs vLLM: every difference named by the ledger)",
+        "check(kind): equivalence (candidate vs reference), conformance (reference vs vLLM), "
+        "drift (an older reference vs vLLM: every difference named by the ledger) or runner-change "
+        "(the v1 reference vs vLLM's Model Runner V2 code: every difference named by the ledger)",
         "needs_cuda: runs only where a CUDA device is visible",
         "broken_fixture(message): a committed fixture this test replays cannot be read (it fails)",
         "needs_vllm: runs only where vLLM is installed",
@@ -181,7 +182,7 @@ def import_from_invocation_folder(folder: str) -> None:
 DEVICES = ("cpu", "cuda")
 # Where a candidate's failures go (--impl): not the checkout's fixtures, which every run replays.
 SCRATCH_FIXTURES = Path(tempfile.gettempdir()) / "vllm-hotpaths-fixtures"
-CHECK_KINDS = ("equivalence", "conformance", "drift", "semantic-change")
+CHECK_KINDS = ("equivalence", "conformance", "drift", "semantic-change", "runner-change")
 
 
 def pytest_itemcollected(item):

@@ -3,6 +3,7 @@ with their drivers in `vllm_hotpaths.testing.cases`). Import from here: `from st
 penalties_programs`."""
 
 from strategies.logits_copy import bad_input_cases, boundary_cases, logits_programs, request_params
+from strategies.penalties_mrv2 import commits, penalty_triples, slot_programs
 from strategies.penalties import (decode_runs, id_runs, invalid_id_cases, logit_values, penalties_programs,
                                   poisoned_programs, repair_cases, request_fields, token_ids, transition_programs)
 from strategies.recovered_tokens import classify, corrupted_recovery_cases, recovery_cases, seeded_recovery_cases
@@ -14,6 +15,7 @@ __all__ = [
     "ThinkDraws", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
     "corrupted_recovery_cases", "decode_runs", "id_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
     "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
+    "penalty_triples", "commits", "slot_programs",
     "recovery_cases", "repair_cases", "request_fields", "request_params", "seeded_recovery_cases", "small_counts",
     "think_configs", "token_ids", "token_runs", "tokens", "transition_programs",
 ]

@@ -17,7 +17,7 @@ def check_report_shape(report):
     for row in report["results"]:
         assert set(row) == {"hotpath", "runner", "check", "device", "implementation", "status", "examples",
                             "fixture", "outcomes", "excused", "failures", "skip_reasons"}
-        assert row["check"] in {"equivalence", "conformance", "drift", "semantic-change"}
+        assert row["check"] in {"equivalence", "conformance", "drift", "semantic-change", "runner-change"}
         assert row["device"] in {"cpu", "cuda"}
         assert row["runner"] == registry.get(row["hotpath"]).runner
         assert row["status"] in STATUSES

@@ -89,3 +89,28 @@ def test_fixed_in_ends_the_range(monkeypatch):
     assert check_conformance("demo", "0.32.9", "any", differ) is fixed
     with pytest.raises(AssertionError, match="differ"):
         check_conformance("demo", "0.33.0", "any", differ)
+
+
+def test_runner_change_fails_where_no_entry_names_the_difference(monkeypatch):
+    """The committed signed-zero program differs between v1's penalties reference and vLLM's
+    Model Runner V2 on the CPU: named by its runner-change entry, and a failure without it."""
+    from types import SimpleNamespace
+
+    from properties import REGRESSIONS
+    from vllm_hotpaths import registry, vllm_env
+    from vllm_hotpaths.testing import fixtures, runner_change
+    from vllm_hotpaths.testing.cases.penalties_mrv2 import SlotProgram
+    from vllm_hotpaths.testing.laws import CaseLog
+
+    version = vllm_env.installed_version()
+    if version is None:
+        pytest.skip("vLLM is not installed")
+    signed_zero = [e for e in ledger.runner_changes(version) if e.link.endswith("penalties.py#L133")]
+    shown = [case for path, case in fixtures.load(REGRESSIONS, "penalties_mrv2", SlotProgram)
+             if fixtures.link_of(path) == signed_zero[0].link]
+    assert shown and ledger.explain_runner_change("penalties_mrv2", version, "cpu", shown[0]) == signed_zero
+    monkeypatch.setattr(ledger, "LEDGER", [e for e in ledger.LEDGER if e not in signed_zero])
+    hotpath = registry.get("penalties_mrv2")
+    request = SimpleNamespace(config=SimpleNamespace(getoption=lambda name: REGRESSIONS), node=SimpleNamespace(nodeid="t"))
+    with pytest.raises(AssertionError, match="no runner-change entry names it"):
+        runner_change.check_against_v1(hotpath, hotpath.make_checks(), version, "cpu", CaseLog(REGRESSIONS), request)

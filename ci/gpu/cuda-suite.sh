@@ -7,8 +7,10 @@
 # reference's CUDA arithmetic is also checked against vLLM's own CUDA op.
 #   PROFILE  Hypothesis profile for the gate (default gate)
 #   WORKERS  pytest-xdist workers for the gate (default 4)
-#   PARTS    what to run: "gate bench" (default), "gate" or "bench" (one GPU call each fits
-#            the device's per-command limit when the gate profile takes long)
+#   PARTS    what to run: "gate bench" (default), "gate", "bench" or "quality" (one GPU call each
+#            fits the device's per-command limit when the gate profile takes long); "quality":
+#            the planted bugs that show only on CUDA (approximate division, fused multiply-add),
+#            each of which must fail its law and write a fixture
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,6 +27,7 @@ PY
 PARTS=${PARTS:-gate bench}
 gate_rc=0
 bench_rc=0
+quality_rc=0
 only=()
 for name in ${HOTPATHS:-}; do only+=(--hotpath "$name"); done
 if [[ " $PARTS " == *" gate "* ]]; then
@@ -36,5 +39,28 @@ if [[ " $PARTS " == *" bench "* ]]; then
   python -m vllm_hotpaths.cli bench --device all "${only[@]}" --json "$OUT/bench.json" --plot "$OUT/bench.png"
   bench_rc=$?
 fi
-echo "gate exit $gate_rc, bench exit $bench_rc"
-exit $(( gate_rc > bench_rc ? gate_rc : bench_rc ))
+if [[ " $PARTS " == *" quality "* ]]; then
+  # name|pytest options: each run must fail (exit 1) and write its fixture under $OUT/quality/name
+  planted=(
+    "recovered_tokens-IEEEDivision|properties/test_equivalence.py -k recovered_tokens\ and\ cuda --impl recovered_tokens@0.16.0=properties.quality.recovered_tokens:IEEEDivision"
+    "penalties_mrv2-ExactDivision|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.22.0=properties.quality.penalties_mrv2:ExactDivision"
+    "penalties_mrv2-UnfusedFrequency|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.22.0=properties.quality.penalties_mrv2:UnfusedFrequency"
+  )
+  for entry in "${planted[@]}"; do
+    name=${entry%%|*}
+    eval "args=(${entry#*|})"
+    VLLM_HOTPATHS_NO_REPLAY=1 python -m pytest "${args[@]}" -q -x -p no:cacheprovider --hypothesis-profile ci \
+      --require-cuda --fixture-dir "$OUT/quality/$name" > "$OUT/quality-$name.log" 2>&1
+    rc=$?
+    written=$(find "$OUT/quality/$name" -name '*.json' 2>/dev/null | wc -l)
+    if [[ $rc -eq 1 && $written -ge 1 ]]; then
+      echo "quality: $name caught (fixture: $(find "$OUT/quality/$name" -name '*.json' | head -1))"
+    else
+      echo "quality: $name NOT caught (pytest exit $rc, $written fixture(s)); log: $OUT/quality-$name.log"
+      quality_rc=1
+    fi
+  done
+fi
+echo "gate exit $gate_rc, bench exit $bench_rc, quality exit $quality_rc"
+worst=$(( gate_rc > bench_rc ? gate_rc : bench_rc ))
+exit $(( worst > quality_rc ? worst : quality_rc ))

@@ -47,6 +47,14 @@ class HotPath:
     # The model runner whose code calls `upstream` (runners.RUNNERS): an engine on the other
     # runner never calls it, patched or not.
     runner: str = "v1"
+    # A Model Runner V2 hot path: the registry name of the v1 hot path whose semantics it replaces
+    # (the runner-change law compares that hot path's reference with this one's live code).
+    v1_counterpart: str | None = None
+
+    @property
+    def family(self) -> str:
+        """The hot path as the v1 sampler names it: `penalties` for both runners' entries."""
+        return self.v1_counterpart or self.name
 
     def exists_in(self, vllm_version: str) -> bool:
         return self.since is None or version_key(vllm_version) >= version_key(self.since)
@@ -192,6 +200,24 @@ LOGITS_COPY_CONTRACT = Contract(
     ),
 )
 
+PENALTIES_MRV2_CONTRACT = Contract(
+    methods=("add_request", "remove_request", "apply_penalties", "commit"),
+    doc=(
+        "factory(vocab_size: int, max_num_reqs: int, max_model_len: int, device) -> object with\n"
+        "  add_request(slot, prompt: list[int], resumed: list[int], penalties)  a request enters\n"
+        "      free slot `slot`; resumed: its outputs from before a preemption (they count as\n"
+        "      outputs); penalties: (repetition, frequency, presence)\n"
+        "  remove_request(slot)\n"
+        "  apply_penalties(logits, rows, local_pos, input_ids) -> logits penalized in place\n"
+        "      (contiguous float32 [len(rows), vocab_size]); per logits row: its slot, its place\n"
+        "      among its request's rows (0, then 1, 2, .. for drafts), the token fed there\n"
+        "      (row j > 0: the j-th draft, -1 a placeholder draft)\n"
+        "  commit(slots, sampled: list[list[int]])  after sampling: each request of the step\n"
+        "      appends its accepted drafts and its recovered or bonus token (vLLM's post_update)\n"
+        "raising penalties_mrv2.InvalidPenaltiesInput for slots, ids or layouts vLLM never hands over."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -267,6 +293,22 @@ HOTPATHS: dict[str, HotPath] = {
         runner="mrv2",
         since="0.22.0",  # 0.16's Model Runner v2 sampler has no apply_sampling_params
     ),
+    # Model Runner V2's penalties: the same upstream semantics as `penalties` on a different
+    # state (slots, device-side counts), and on CUDA a different arithmetic. No fast path yet:
+    # its rows are conformance and runner-change (v1's reference on the same request streams).
+    "penalties_mrv2": HotPath(
+        name="penalties_mrv2",
+        upstream="vllm.v1.worker.gpu.sample.penalties.PenaltiesState + input_batch.post_update",
+        contract=PENALTIES_MRV2_CONTRACT,
+        references={"0.22.0": "vllm_hotpaths.penalties_mrv2.reference:SlotPenalties"},
+        fast={},
+        live="vllm_hotpaths.testing.live.penalties_mrv2:live_slot_penalties",
+        triton=True,
+        checks="vllm_hotpaths.testing.cases.penalties_mrv2:SlotPenaltiesChecks",
+        runner="mrv2",
+        since="0.22.0",  # the first version checked; 0.16 engines run Model Runner v1
+        v1_counterpart="penalties",
+    ),
 }
 
 # Set by `--impl name[@version]=module:attr`: the candidates replace the hot path's fast
@@ -274,6 +316,23 @@ HOTPATHS: dict[str, HotPath] = {
 _impl_overrides: dict[str, list[tuple[str, str]]] = {}
 # hot path -> {version: "module:attr"}: planted references checked in place of the frozen ones
 _reference_overrides: dict[str, dict[str, str]] = {}
+
+
+def implementations() -> dict[tuple[str, str, str], str]:
+    """Every frozen upstream implementation, keyed by (hot path, model runner, vLLM version):
+    ("penalties", "v1", "0.16.0") and ("penalties", "mrv2", "0.22.0") are two of them. The value
+    is the registry entry's name (its reference for that version: `get(name).references`)."""
+    return {(hp.family, hp.runner, version): hp.name for hp in HOTPATHS.values() for version in hp.references}
+
+
+def for_runner(family: str, runner: str) -> HotPath:
+    """The registry entry of hot path `family` (as the v1 sampler names it) on model runner `runner`."""
+    found = [hp for hp in HOTPATHS.values() if hp.family == family and hp.runner == runner]
+    if not found:
+        known = sorted({(hp.family, hp.runner) for hp in HOTPATHS.values()})
+        raise KeyError(f"no hot path {family!r} on runner {runner!r}; known: "
+                       + ", ".join(f"{f} ({r})" for f, r in known))
+    return found[0]
 
 
 def contracts_text() -> str:

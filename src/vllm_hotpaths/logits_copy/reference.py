@@ -20,7 +20,7 @@ Always a fresh fp32 copy of the logits, then, per logits row of request `r` (its
    (never the last) -inf. A row without top-p in such a batch still loses lanes whose
    probability rounds to 0 under a batch's top-p pass (its p is 1: running sum <= 0).
 
-Steps 2, 4 and 5 are Triton kernels, as upstream's: on CUDA Triton's fp32 `/` and `log` are
+Steps 2, 4 and 5 are Triton kernels, as upstream's (step 2: `penalties_mrv2`'s): on CUDA Triton's fp32 `/` and `log` are
 approximate, so each device runs upstream's arithmetic (the interpreter on CPU). The vocabulary
 size is a compile-time constant in them (a runtime argument upstream; the same lane arithmetic):
 Triton 3.6's interpreter cannot loop to a runtime bound under NumPy >= 2.5. Step 6 states
@@ -36,32 +36,9 @@ import triton
 import triton.language as tl
 
 from vllm_hotpaths.logits_copy import InvalidSamplingInput, ReasoningMarkers, RequestParams
+from vllm_hotpaths.penalties_mrv2.reference import penalize_rows_
 
 BLOCK = 1024
-
-
-@triton.jit
-def _penalties_kernel(logits_ptr, counts_ptr, prompt_ptr, rep_ptr, freq_ptr, pres_ptr,
-                      vocab_size: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    rep = tl.load(rep_ptr + row)
-    freq = tl.load(freq_ptr + row)
-    pres = tl.load(pres_ptr + row)
-    if rep == 1.0 and freq == 0.0 and pres == 0.0:
-        return
-    for first in range(0, vocab_size, BLOCK):
-        lanes = first + tl.arange(0, BLOCK)
-        inside = lanes < vocab_size
-        x = tl.load(logits_ptr + row * vocab_size + lanes, mask=inside)
-        counts = tl.load(counts_ptr + row * vocab_size + lanes, mask=inside, other=0)
-        seen = counts > 0
-        if rep != 1.0:
-            in_prompt = tl.load(prompt_ptr + row * vocab_size + lanes, mask=inside, other=0) != 0
-            scale = tl.where(in_prompt | seen, rep, 1.0)
-            x *= tl.where(x > 0, 1.0 / scale, scale)
-        x -= freq * counts
-        x -= pres * seen
-        tl.store(logits_ptr + row * vocab_size + lanes, x, mask=inside)
 
 
 @triton.jit
@@ -251,12 +228,8 @@ class Sampler022:
             first = i - local_pos[i]
             np.add.at(counts[i], np.array(input_ids[first + 1:i + 1], dtype=np.int64), 1)
             prompt[i, np.array(r.prompt, dtype=np.int64)] = 1
-        params = [r.params for r in reqs]
-        on = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype, device=out.device)  # noqa: E731
-        _penalties_kernel[(n,)](out, on(counts, torch.int32), on(prompt, torch.int8),
-                                on([p.repetition_penalty for p in params]),
-                                on([p.frequency_penalty for p in params]),
-                                on([p.presence_penalty for p in params]), vocab, BLOCK=BLOCK)
+        penalize_rows_(out, counts, prompt, [(r.params.repetition_penalty, r.params.frequency_penalty,
+                                              r.params.presence_penalty) for r in reqs])
 
     def _bad_words(self, out, reqs, local_pos, input_ids):
         for i, r in enumerate(reqs):

@@ -50,14 +50,26 @@ def check_older_reference(hotpath, checks, vllm_version: str, device, log, reque
     reference = Side(f"reference {older}", registry.resolve(hotpath.references[older]), older)
     live = Side(f"vLLM {vllm_version}", hotpath.live_factory(), vllm_version)
     conformance = ledger.conformance_judge(hotpath.name, vllm_version, log)
-    shown: dict[str, object] = {}  # entry link -> its shrunk case
+    shown = show_named_differences(
+        checks, reference, live, device, log, key=f"drift:{older}:{vllm_version}:{device}", plain_judge=conformance,
+        named=lambda case, failure: ledger.explain_drift(hotpath.name, vllm_version, case, str(failure)),
+        unnamed=f"reference@{older} differs from vLLM {vllm_version} where no ledger change names it")
+    save_shown(hotpath.name, shown, log, request)
 
-    def named(case, failure) -> list:
-        return ledger.explain_drift(hotpath.name, vllm_version, case, str(failure))
+
+def show_named_differences(checks, expected, actual, device, log, key: str, plain_judge, named,
+                           unnamed: str) -> dict[str, object]:
+    """`checks.check(expected, actual)` until a run finds nothing new; returns {ledger link: its
+    shrunk case}. A difference fails and Hypothesis shrinks it; the shrunk case must be named by
+    ledger entries (`named(case, failure)`), which it then shows. The law runs again with the
+    differences of the entries shown so far judged as expected, example by example: each entry
+    gets its own shrunk case, and a difference no entry names fails (`unnamed`: the message).
+    `plain_judge` judges every example first (conformance's ledger divergences, or plainly)."""
+    shown: dict[str, object] = {}
 
     def judge(case, compare) -> bool:
         try:
-            return conformance(case, compare)
+            return plain_judge(case, compare)
         except AssertionError as failure:
             entries = named(case, failure)
             if entries and all(entry.link in shown for entry in entries):
@@ -66,18 +78,16 @@ def check_older_reference(hotpath, checks, vllm_version: str, device, log, reque
 
     while True:
         try:
-            checks.check(reference, live, device, log, judge, key=f"drift:{older}:{vllm_version}:{device}")
-            break
+            checks.check(expected, actual, device, log, judge, key=key)
+            return shown
         except AssertionError as failure:
             entries = named(log.last, failure)
             if not entries:
-                raise AssertionError(f"reference@{older} differs from vLLM {vllm_version} where no "
-                                     f"ledger change names it: {failure}") from failure
+                raise AssertionError(f"{unnamed}: {failure}") from failure
             if all(entry.link in shown for entry in entries):  # not judged alone: no progress
                 raise
             for entry in entries:
                 shown.setdefault(entry.link, log.last)
-    save_shown(hotpath.name, shown, log, request)
 
 
 def save_shown(hotpath: str, shown: dict, log, request) -> None:

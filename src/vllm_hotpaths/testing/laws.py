@@ -9,7 +9,10 @@ path, candidate, device and vLLM version:
 - conformance: the reference agrees with the installed vLLM, but where the ledger excuses it;
 - drift: an older reference agrees with the installed vLLM, but where a ledger change names it;
 - patch: vLLM with the plugin's patch installed agrees with upstream;
-- errors: bad input raises the reference's error on both sides.
+- errors: bad input raises the reference's error on both sides;
+- runner-change (a Model Runner V2 hot path): the reference of the v1 hot path it replaces,
+  given the same request streams, against the installed vLLM's MRv2 code: every difference is
+  named by a ledger entry of kind "runner-change".
 
 Each law is `Checks.check(expected, actual, device, log, judge)`: every committed fixture, then
 generated cases (a `@given` over `Checks.cases()`, or a state machine where a hot path's `check`
@@ -84,13 +87,15 @@ class Checks:
     triton: bool = False  # the laws run Triton kernels: CPU cases in Triton's interpreter
     # Where each law runs: vLLM's own code runs here on the CPU (its kernels interpreted).
     law_devices = {"equivalence": ("cpu", "cuda"), "errors": ("cpu", "cuda"), "conformance": ("cpu",),
-                   "drift": ("cpu",), "patch": ("cpu",)}
+                   "drift": ("cpu",), "patch": ("cpu",), "runner-change": ("cpu",)}
 
     def has_law(self, law: str, hotpath) -> bool:
         if law == "errors":
             return self.error_type is not None
         if law == "patch":
             return hotpath.patch is not None
+        if law == "runner-change":
+            return hotpath.v1_counterpart is not None
         return True
 
     def devices(self, law: str) -> tuple[str, ...]:
@@ -114,6 +119,11 @@ class Checks:
 
     def patch_agrees(self, case, device, log: CaseLog) -> None:
         """vLLM with the plugin's patch installed == upstream on `case`."""
+        raise NotImplementedError
+
+    def v1_counterpart(self, vllm_version: str) -> Side:
+        """A Model Runner V2 hot path: the v1 hot path's reference for `vllm_version`, behind this
+        hot path's contract (the runner-change law's side)."""
         raise NotImplementedError
 
     # -- how a law runs ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ the two may differ, and the property reports when they did.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -32,6 +33,9 @@ class KnownDivergence:
     # upstream semantic change, between the references of the versions before and from it
     kind: str = "divergence"
     shows: str | None = None  # a "change": a regex the difference's message must match, if given
+    # "runner-change" entries: what Model Runner V2 does differently from v1 for the same
+    # requests (the runner-change law: the v1 hot path's reference against live MRv2 code)
+    devices: tuple[str, ...] = ("cpu", "cuda")  # where the difference can show
 
     def applies_to(self, hotpath: str, vllm_version: str) -> bool:
         version = version_key(vllm_version)
@@ -40,6 +44,11 @@ class KnownDivergence:
         if self.last_version is not None and version > version_key(self.last_version):
             return False
         return self.fixed_in is None or version < version_key(self.fixed_in)
+
+    @property
+    def label(self) -> str:
+        """The entry in a report line: its summary's first clause."""
+        return self.summary.split(":")[0]
 
     def covers(self, hotpath: str, vllm_version: str, case: object) -> bool:
         if not self.applies_to(hotpath, vllm_version):
@@ -291,3 +300,59 @@ LEDGER += [
         and any(p.get("thinking_token_budget") not in (None, -1) for p in _request_params(case)),
     ),
 ]
+
+
+# What Model Runner V2 changes for the same requests, against v1 (kind "runner-change"). The
+# runner-change law runs the v1 hot path's reference on MRv2's request streams against the live
+# MRv2 code; every difference must be named here, with the device it can show on.
+def _runner_change(hotpath: str, link: str, summary: str, affects: Callable[[object], bool],
+                   devices=("cpu", "cuda"), shows: str | None = None) -> KnownDivergence:
+    return KnownDivergence(hotpath=hotpath, first_version="0.22.0", last_version=None, link=link, summary=summary,
+                           affects=affects, required=False, kind="runner-change", shows=shows,
+                           devices=tuple(devices))
+
+
+def _penalties(case) -> list[tuple]:
+    return case.penalties() if hasattr(case, "penalties") else []
+
+
+MRV2_PENALTIES = "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/penalties.py"
+LEDGER += [
+    _runner_change(
+        "penalties_mrv2", f"{MRV2_PENALTIES}#L176",
+        summary="repetition on CUDA: Model Runner V2 multiplies a positive logit by Triton's 1.0 / p, "
+                "an approximate division (div.full.f32); v1's CUDA op divides x / p exactly",
+        affects=lambda case: any(rep != 1.0 for rep, _, _ in _penalties(case)), devices=("cuda",)),
+    _runner_change(
+        "penalties_mrv2", f"{MRV2_PENALTIES}#L179",
+        summary="frequency on CUDA: Model Runner V2's x - f * count compiles to one fused multiply-add "
+                "(one rounding); v1 rounds f * count, then the difference",
+        affects=lambda case: any(freq != 0.0 for _, freq, _ in _penalties(case)), devices=("cuda",)),
+    _runner_change(
+        "penalties_mrv2", f"{MRV2_PENALTIES}#L133",
+        summary="a request whose penalties are all neutral but a -0.0 frequency or presence: Model "
+                "Runner V2 leaves its logits alone; v1 penalizes the whole batch and its x - (-0.0) "
+                "turns a -0.0 logit into +0.0 (no sampled token changes)",
+        affects=lambda case: any(rep == 1.0 and freq == 0.0 and pres == 0.0
+                                 and (math.copysign(1, freq) < 0 or math.copysign(1, pres) < 0)
+                                 for rep, freq, pres in _penalties(case))),
+    _runner_change(
+        "sampling", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/gumbel.py#L126",
+        summary="random sampling noise: Model Runner V2 draws Gumbel noise from Philox keyed by the "
+                "request's seed and position; v1 draws exponential noise from torch generators, so a "
+                "seeded request samples other ids on the other runner",
+        affects=lambda case: True),
+]
+
+
+def explain_runner_change(hotpath: str, vllm_version: str, device: str, case: object,
+                          message: str = "") -> list[KnownDivergence]:
+    """The runner-change entries that name a difference on `device` for `case`."""
+    return [e for e in LEDGER if e.kind == "runner-change" and device in e.devices
+            and e.covers(hotpath, vllm_version, case) and (e.shows is None or re.search(e.shows, message))]
+
+
+def runner_changes(vllm_version: str | None = None) -> list[KnownDivergence]:
+    """Every runner-change entry (of `vllm_version`, where given)."""
+    return [e for e in LEDGER if e.kind == "runner-change"
+            and (vllm_version is None or e.applies_to(e.hotpath, vllm_version))]

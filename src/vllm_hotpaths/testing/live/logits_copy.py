@@ -47,7 +47,7 @@ class _HostUvaBuffer033(_HostUvaBuffer):
 
 
 @contextmanager
-def _host_uva(buffer_utils):
+def host_uva(buffer_utils):
     if torch.cuda.is_available():  # (0.33's is_uva_available() says True on a CPU-only host too)
         yield
         return
@@ -74,7 +74,7 @@ class LiveSampler022:
         self._SamplingParams, self._post_update = SamplingParams, post_update
         self.device = torch.device(device)
         self.vocab_size, self.max_model_len = vocab_size, max_model_len
-        with _host_uva(buffer_utils):
+        with host_uva(buffer_utils):
             self.req_states = RequestState(
                 max_num_reqs=max_num_reqs, max_model_len=max_model_len,
                 max_num_batched_tokens=max_model_len, num_speculative_steps=1,
