@@ -101,7 +101,8 @@ def test_an_explained_runner_difference_passes_with_its_links_and_count(entries)
     entries += [entry("sampling", link="https://example.org/gumbel"), entry("penalties_mrv2"), entry("swap_states")]
     text, ok, summary = report(three(change_mrv2=[("seeded random", 3), ("seeded random", 6), ("penalties", 1)]))
     assert ok, text
-    assert "| seeded random | 8 | equal | 2 of 8 requests differ, explained: https://example.org/gumbel (sampling) |" in text
+    assert ("| seeded random | 8 | equal | 2 of 8 requests differ, explained: https://example.org/gumbel "
+            "(sampling) |") in text
     row = next(r for r in summary["equality"] if r["batch"] == "penalties")
     assert row["ok"] and row["differing"] == 1
     assert row["explained_by"] == [{"hotpath": "penalties_mrv2", "link": "https://example.org/penalties_mrv2"}]

@@ -28,6 +28,14 @@ several-fold, and a repeat of its presence batch at 5,000 tokens costs minutes.
 
 Without `--model`, a Qwen2 configuration with random (dummy) weights is written: vocabulary
 151,936, 2 layers, so the sampler's share of a step is large. Prompts are token ids (no tokenizer).
+
+`--runners` compares the model runners instead, on a dummy Qwen3 without a reasoning config (which
+vLLM 0.22 runs on Model Runner V2): three engines, MRv2 upstream, v1 upstream and v1 with the
+plugin (v1 forced by VLLM_USE_V2_MODEL_RUNNER=0), each of which must get the runner it is meant
+for. The equality batches run on all three: the plugin's ids must equal v1 upstream's, and MRv2's
+may differ from v1's only where a "runner-change" ledger entry of a hot path the request uses
+explains it. The timed batches run on each engine alone; then the two v1 engines take turns on
+the plain timed batch (`--pairs`), each run on a warm engine, for the plugin / upstream ratio.
 """
 
 from __future__ import annotations
@@ -592,7 +600,8 @@ def runner_report(equality: list[Batch], timed: list[Batch], pairs: Batch | None
         return f"DIFFERENT: {difference}" if difference else "equal"
 
     if equality:
-        lines += ["", "| batch | requests | v1 plugin == v1 upstream | MRv2 upstream vs v1 upstream |", "|---|---|---|---|"]
+        lines += ["", "| batch | requests | v1 plugin == v1 upstream | MRv2 upstream vs v1 upstream |",
+                  "|---|---|---|---|"]
         for batch in equality:
             row = compare_runners(batch, mrv2, upstream, first["vllm"])
             row["plugin"] = plugin_verdict(batch)
@@ -603,8 +612,8 @@ def runner_report(equality: list[Batch], timed: list[Batch], pairs: Batch | None
             lines.append(f"| {batch.name} | {row['requests']} | {row['plugin']} | {runner_verdict(row)} |")
     if timed:
         names = [name for name in RUNNER_ENGINES if name in results]
-        lines += ["", "| batch (tok/s) | " + " | ".join(titled[name] for name in names) + " | v1 plugin == v1 upstream |",
-                  "|---" * (len(names) + 2) + "|"]
+        lines += ["", "| batch (tok/s) | " + " | ".join(titled[name] for name in names)
+                  + " | v1 plugin == v1 upstream |", "|---" * (len(names) + 2) + "|"]
         for batch in timed:
             rate = {name: rates(results[name]["batches"][batch.name])[0] for name in names}
             row = {"batch": batch.name, "tok_s": rate, "plugin": plugin_verdict(batch)}
