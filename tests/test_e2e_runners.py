@@ -296,3 +296,92 @@ def test_the_runner_mode_refuses_clearly(run_cli, args, message):
     result = run_cli("-m", "vllm_hotpaths.cli", "e2e", *args, CUDA_VISIBLE_DEVICES="")
     assert result.returncode == 2, result.stderr[-2000:]
     assert message in result.stderr
+
+
+FAKE_VLLM = '''
+"""A stand-in for vLLM in the engine processes: ids from the prompt, the runner from the model
+config and VLLM_USE_V2_MODEL_RUNNER as vLLM 0.22 decides it, the plugin "installed" unless off."""
+import json, os
+from types import SimpleNamespace
+
+import torch
+
+torch.cuda.synchronize = lambda: None
+torch.cuda.get_device_name = lambda: "fake GPU"
+__version__ = "0.22.0"
+
+
+class Config:
+    def __init__(self, model):
+        self.architectures = json.load(open(os.path.join(model, "config.json")))["architectures"]
+
+    @property
+    def use_v2_model_runner(self):
+        forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+        return bool(int(forced)) if forced is not None else self.architectures == ["Qwen3ForCausalLM"]
+
+
+class LLM:
+    def __init__(self, **kwargs):
+        assert "reasoning_config" not in kwargs and kwargs["load_format"] == "dummy"
+        self.llm_engine = SimpleNamespace(vllm_config=Config(kwargs["model"]))
+        if os.environ.get("VLLM_HOTPATHS") != "off":
+            from vllm_hotpaths import plugin
+            plugin._installed["penalties"] = ["apply_all_penalties"]
+
+    def generate(self, prompts, params, use_tqdm=False):
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[sum(prompt.prompt_token_ids) % 97 + i
+                                                                    for i in range(p.max_tokens)])])
+                for prompt, p in zip(prompts, params)]
+
+
+class SamplingParams:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+'''
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, tmp_path, pytestconfig):
+    """Engine processes started from here import the fake vLLM above."""
+    pytest.importorskip("transformers")
+    fake = tmp_path / "fake"
+    (fake / "vllm").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    (fake / "vllm" / "inputs.py").write_text("class TokensPrompt:\n    def __init__(self, prompt_token_ids):\n"
+                                             "        self.prompt_token_ids = prompt_token_ids\n")
+    root = pytestconfig.rootpath
+    monkeypatch.setenv("PYTHONPATH", f"{fake}:{root / 'src'}:{root}")
+
+
+def test_the_engines_signal_their_phases_and_get_their_runners(fake_vllm, monkeypatch, tmp_path):
+    """Real engine processes around a fake vLLM: the phase signals, the environment of each engine,
+    the results and their report."""
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")  # the MRv2 engine must not inherit it
+    equality, timed, pairs = batches()
+    model = e2e.write_dummy_model(tmp_path / "model", architecture="qwen3")
+    specs = e2e.runner_specs(e2e.dummy_engine(model, 8, 64, 0.4), set(e2e.RUNNER_PHASES), equality, timed, pairs, 2)
+    results = e2e.run_runner_engines(specs, "all", 120, tmp_path / "engines", 2)
+    assert {name: r["runner"] for name, r in results.items()} == {"mrv2 upstream": "mrv2", "v1 upstream": "v1",
+                                                                  "v1 plugin": "v1"}
+    assert len(results["v1 plugin"]["batches"]["pairs: no penalty @20"]["seconds"]) == 2
+    assert "pairs: no penalty @20" not in results["mrv2 upstream"]["batches"]
+    text, ok, summary = e2e.runner_report(equality, timed, pairs, results)
+    assert ok, text
+    assert len(summary["pairs"]["runs"]) == 2 and [r["batch"] for r in summary["timed"]] == [b.name for b in timed]
+
+
+def test_the_plugin_comparison_runs_its_untimed_then_timed_phase(fake_vllm, tmp_path):
+    """The default mode's engines over the same phase signals: untimed batches, then, once told,
+    the timed ones (the plugin side `repeat` times)."""
+    model = e2e.write_dummy_model(tmp_path / "model")
+    equality, timed, _ = batches()
+    spec = {"label": "main", "engine": e2e.dummy_engine(model, 8, 64, 0.4),
+            "batches": [b.__dict__ for b in equality + timed]}
+    results = e2e.run_engines({"main": spec}, "all", 3, 120, tmp_path / "engines", side_by_side=True)["main"]
+    assert results["upstream"]["runner"] == results["plugin"]["runner"] == "v1"  # the Qwen2
+    assert [len(results[side]["batches"]["no penalty @20"]["seconds"]) for side in e2e.SIDES] == [1, 3]
+    rows = e2e.compare(equality + timed, results["upstream"], results["plugin"], e2e.DUMMY_MARKERS)
+    text, ok = e2e.report(rows, results["upstream"], results["plugin"], [20])
+    assert ok, text

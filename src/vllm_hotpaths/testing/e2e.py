@@ -694,9 +694,11 @@ def run_runners(args, lengths: list[int]) -> int:
         print("e2e: --runners runs the dummy Qwen3 model without a reasoning config: no --model or "
               "--think-markers", file=sys.stderr)
         return 2
-    import torch
-
-    if not torch.cuda.is_available():
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
         print("e2e: needs a CUDA GPU (and vLLM installed for it)", file=sys.stderr)
         return 2
     equality = equality_batches(DUMMY_VOCAB, args.requests, args.tokens) if "equality" in phases else []
