@@ -8,9 +8,9 @@ if vLLM picks another runner). B requests of LENGTH generated tokens, temperatur
 then presence 1.5: each first timed whole (tokens per second, no profiler), then generated again up
 to the end of a window of WINDOW engine steps in the middle of the sequence (steps counted by calls
 to the model runner's `execute_model`), which torch.profiler records (CPU and CUDA activities,
-shapes off). A few functions of the model runner, its sampler and penalties, the scheduler and the
-output processor run inside `record_function` ranges, so their own host time shows beside the aten
-ops. Prints for each run the top host rows by self CPU time and the top device rows (kernels,
+shapes off). A few functions of the model runner, its sampler and penalties, the scheduler, the
+output processor and the engine's step run inside `record_function` ranges, so their own host time
+shows beside the aten ops. Prints for each run the top host rows by self CPU time and the top device rows (kernels,
 copies) by self CUDA time, with calls and per-step averages, as markdown tables. The plugin stays
 off (VLLM_HOTPATHS=off unless set): it patches Model Runner v1 only.
 
@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-# (module, class, methods): host functions recorded as ranges named "Class.method"
+# (module, class, methods): host functions recorded as ranges named "Class.method". LLMEngine.step
+# spans the whole step, so the ranges open at the window's edges are cut: counts may be one off.
 RANGES = (
     ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner",
      ("execute_model", "sample_tokens", "finish_requests", "add_requests", "update_requests", "prepare_inputs",
@@ -37,6 +38,7 @@ RANGES = (
     ("vllm.v1.worker.gpu.sample.penalties", "PenaltiesState", ("apply_penalties", "apply_staged_writes")),
     ("vllm.v1.core.sched.scheduler", "Scheduler", ("schedule", "update_from_output")),
     ("vllm.v1.engine.output_processor", "OutputProcessor", ("process_outputs",)),
+    ("vllm.v1.engine.llm_engine", "LLMEngine", ("step",)),
 )
 STEP = ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", "execute_model")  # one call per engine step
 RUNS = (("no penalty", {}), ("presence 1.5", {"presence_penalty": 1.5}))
