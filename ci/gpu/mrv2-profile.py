@@ -220,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mrv2-profile: this vLLM has no {class_name}.{method} to count steps by", file=sys.stderr)
         return 1
 
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities):  # the profiler's own start-up (CUPTI) before any window
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
     for name, extra in RUNS:
-        profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=False,
-                           with_stack=args.with_stack)
+        profiler = profile(activities=activities, record_shapes=False, with_stack=args.with_stack)
         window.arm(profiler)
         generate(extra, first + steps + 8)
         if window.seconds is None:
