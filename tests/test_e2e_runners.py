@@ -3,6 +3,7 @@ compares Model Runner V2 with v1 (differences only where a runner-change ledger 
 them), the plugin with upstream, and how it reports rates and the plain-decode pairs."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -385,3 +386,19 @@ def test_the_plugin_comparison_runs_its_untimed_then_timed_phase(fake_vllm, tmp_
     rows = e2e.compare(equality + timed, results["upstream"], results["plugin"], e2e.DUMMY_MARKERS)
     text, ok = e2e.report(rows, results["upstream"], results["plugin"], [20])
     assert ok, text
+
+
+def test_vllm_takes_the_dummy_qwen3_for_a_model_runner_v2_model(tmp_path):
+    """vLLM's own test of the model (architecture, generate, neither MoE nor quantized), on the
+    configuration written here; the engine's other settings are checked on the GPU."""
+    pytest.importorskip("transformers")
+    config = pytest.importorskip("vllm.config")
+    if not hasattr(config.VllmConfig, "_is_default_v2_model_runner_model"):
+        pytest.skip("this vLLM decides the runner otherwise")
+    model = config.ModelConfig(model=str(e2e.write_dummy_model(tmp_path, architecture="qwen3")),
+                               skip_tokenizer_init=True, max_model_len=64)
+    assert config.VllmConfig._is_default_v2_model_runner_model(SimpleNamespace(model_config=model))
+    assert model.get_head_size() == e2e.DUMMY_HEAD_DIM and model.get_vocab_size() == e2e.DUMMY_VOCAB
+    qwen2 = config.ModelConfig(model=str(e2e.write_dummy_model(tmp_path / "qwen2")), skip_tokenizer_init=True,
+                               max_model_len=64)
+    assert not config.VllmConfig._is_default_v2_model_runner_model(SimpleNamespace(model_config=qwen2))
