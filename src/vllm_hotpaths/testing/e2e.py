@@ -28,6 +28,14 @@ several-fold, and a repeat of its presence batch at 5,000 tokens costs minutes.
 
 Without `--model`, a Qwen2 configuration with random (dummy) weights is written: vocabulary
 151,936, 2 layers, so the sampler's share of a step is large. Prompts are token ids (no tokenizer).
+
+`--runners` compares the model runners instead, on a dummy Qwen3 without a reasoning config (which
+vLLM 0.22 runs on Model Runner V2): three engines, MRv2 upstream, v1 upstream and v1 with the
+plugin (v1 forced by VLLM_USE_V2_MODEL_RUNNER=0), each of which must get the runner it is meant
+for. The equality batches run on all three: the plugin's ids must equal v1 upstream's, and MRv2's
+may differ from v1's only where a "runner-change" ledger entry of a hot path the request uses
+explains it. The timed batches run on each engine alone; then the two v1 engines take turns on
+the plain timed batch (`--pairs`), each run on a warm engine, for the plugin / upstream ratio.
 """
 
 from __future__ import annotations
@@ -48,9 +56,12 @@ import numpy as np
 DUMMY_VOCAB = 151_936
 DUMMY_CONFIG = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2)
+DUMMY_HEAD_DIM = DUMMY_CONFIG["hidden_size"] // DUMMY_CONFIG["num_attention_heads"]
 # K and V per layer and KV head, 4 bytes each (float32 at most)
 DUMMY_KV_BYTES_PER_TOKEN = (2 * DUMMY_CONFIG["num_hidden_layers"] * DUMMY_CONFIG["num_key_value_heads"]
-                            * DUMMY_CONFIG["hidden_size"] // DUMMY_CONFIG["num_attention_heads"] * 4)
+                            * DUMMY_HEAD_DIM * 4)
+# Qwen2 runs on Model Runner v1 in vLLM 0.22; Qwen3 (dense, unquantized) on Model Runner V2
+DUMMY_ARCHITECTURES = ("qwen2", "qwen3")
 PROMPT_LEN = 16
 DUMMY_MARKERS = ((151_650,), (151_651, 151_652))  # think start / end ids at the vocabulary's top
 SIDES = ("upstream", "plugin")
@@ -70,11 +81,31 @@ class Batch:
     timed: bool = False
 
 
-def write_dummy_model(folder: Path, vocab_size: int = DUMMY_VOCAB) -> Path:
-    from transformers import Qwen2Config
+def write_dummy_model(folder: Path, vocab_size: int = DUMMY_VOCAB, architecture: str = "qwen2") -> Path:
+    """A configuration of the dummy sizes (vLLM makes up the weights: `load_format="dummy"`)."""
+    if architecture == "qwen2":
+        from transformers import Qwen2Config
 
-    Qwen2Config(vocab_size=vocab_size, architectures=["Qwen2ForCausalLM"], **DUMMY_CONFIG).save_pretrained(folder)
+        config = Qwen2Config(vocab_size=vocab_size, architectures=["Qwen2ForCausalLM"], **DUMMY_CONFIG)
+    elif architecture == "qwen3":
+        from transformers import Qwen3Config
+
+        config = Qwen3Config(vocab_size=vocab_size, architectures=["Qwen3ForCausalLM"], head_dim=DUMMY_HEAD_DIM,
+                             **DUMMY_CONFIG)
+    else:
+        raise ValueError(f"dummy architectures: {', '.join(DUMMY_ARCHITECTURES)}; got {architecture!r}")
+    config.save_pretrained(folder)
     return folder
+
+
+def dummy_engine(model: Path, max_num_seqs: int, max_model_len: int, gpu_memory: float) -> dict:
+    """`LLM` keyword arguments for the dummy model: random weights, no tokenizer, eager, and a KV
+    cache of twice what every sequence at full length needs (no preemption, and no memory
+    profiling that another process on the GPU could disturb)."""
+    return dict(model=str(model), skip_tokenizer_init=True, enforce_eager=True, seed=0,
+                attention_config={"backend": "TRITON_ATTN"}, gpu_memory_utilization=gpu_memory,
+                max_num_seqs=max_num_seqs, max_model_len=max_model_len, load_format="dummy",
+                kv_cache_memory_bytes=2 * max_num_seqs * max_model_len * DUMMY_KV_BYTES_PER_TOKEN)
 
 
 def prompts(rng: np.random.Generator, count: int, below: int, suffix: tuple = ()) -> list[list[int]]:
@@ -169,9 +200,21 @@ def run_order(batches: list[dict], repeat: int) -> list[dict]:
     return batches + [batch for i in range(1, repeat) for batch in (timed[::-1] if i % 2 else timed)]
 
 
+def engine_phases(spec: dict) -> list[dict]:
+    """What the engine runs, phase by phase: `{"batches": [...], "wait": bool}`; a waiting phase
+    starts once the parent writes its go file. A spec without `phases`: its untimed batches, then
+    its timed ones (`repeat` times), after a go signal where `wait_for_timed`."""
+    if "phases" in spec:
+        return spec["phases"]
+    order = run_order(spec["batches"], spec.get("repeat", 1))
+    timed = [batch for batch in order if batch["timed"]]
+    return [{"batches": [batch for batch in order if not batch["timed"]], "wait": False},
+            {"batches": timed, "wait": bool(timed and spec.get("wait_for_timed"))}]
+
+
 def run_engine(spec: dict, folder: Path) -> dict:
-    """Start the engine, run the untimed batches, write `folder/untimed`; then (once
-    `folder/go-timed` exists, where the spec says to wait) the timed batches."""
+    """Start the engine and run its phases: before phase i it waits for `folder/go-i` where the
+    phase says so, after it writes `folder/done-i`."""
     import torch
     import vllm
     from vllm import LLM, SamplingParams
@@ -193,30 +236,31 @@ def run_engine(spec: dict, folder: Path) -> dict:
     result = {"vllm": vllm.__version__, "device": torch.cuda.get_device_name(), "patched": plugin.installed(),
               "runner": runners.runner_of(llm.llm_engine.vllm_config),
               "startup_s": time.perf_counter() - began, "batches": {}}
+    phases = engine_phases(spec)
     # Warm-up at the largest batch size, with and without penalties: kernels compiled for new
     # shapes or flags would otherwise count against the first timed batch.
-    width = max(len(batch["prompts"]) for batch in spec["batches"])
+    width = max((len(batch["prompts"]) for phase in phases for batch in phase["batches"]), default=1)
     for extra in ({}, {"presence_penalty": 1.5}):
         llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3, 4])] * width,
                      SamplingParams(max_tokens=32, ignore_eos=True, temperature=1.0, **extra), use_tqdm=False)
     drafts_before = draft_counts(llm) if spec.get("speculative") else None
-    order = run_order(spec["batches"], spec.get("repeat", 1))
-    untimed = [batch for batch in order if not batch["timed"]]
-    timed = [batch for batch in order if batch["timed"]]
-    for batch in untimed:
-        run_batch(llm, batch, result["batches"])
+    for number, phase in enumerate(phases):
+        if phase["wait"]:
+            wait_for_go(Path(folder, f"go-{number}"))
+        for batch in phase["batches"]:
+            run_batch(llm, batch, result["batches"])
+        Path(folder, f"done-{number}").touch()
     if drafts_before is not None:
         result["drafts"] = [None if None in pair else pair[1] - pair[0] for pair in zip(drafts_before, draft_counts(llm))]
-    Path(folder, "untimed").touch()
-    if timed and spec.get("wait_for_timed"):
-        parent = os.getppid()
-        while not Path(folder, "go-timed").exists():
-            if os.getppid() != parent:  # the parent is gone: nobody will read the result
-                raise SystemExit("e2e engine: the parent process exited")
-            time.sleep(0.2)
-    for batch in timed:
-        run_batch(llm, batch, result["batches"])
     return result
+
+
+def wait_for_go(signal: Path) -> None:
+    parent = os.getppid()
+    while not signal.exists():
+        if os.getppid() != parent:  # the parent is gone: nobody will read the result
+            raise SystemExit("e2e engine: the parent process exited")
+        time.sleep(0.2)
 
 
 def run_batch(llm, batch: dict, results: dict) -> None:
@@ -247,22 +291,29 @@ def draft_counts(llm) -> list[int | None]:
 # -- engine processes -------------------------------------------------------------------------
 class EngineProcess:
     """One engine in a fresh process: the plugin off (upstream) or as `hotpaths` selects; the
-    plugin side runs its timed batches `repeat` times. Files in `folder`: the spec, the process's
-    log, its `untimed` marker, the `go-timed` signal and the result."""
+    plugin side runs its timed batches `repeat` times. `env` sets (None: removes) variables of
+    the process. Files in `folder`: the spec, the process's log, its `done-i` markers, the
+    `go-i` signals and the result."""
 
     def __init__(self, spec: dict, side: str, hotpaths: str, repeat: int, folder: Path,
-                 wait_for_timed: bool) -> None:
+                 wait_for_timed: bool, env: dict | None = None) -> None:
         self.label, self.side, self.folder = spec["label"], side, folder
         folder.mkdir(parents=True)
-        Path(folder, "spec.json").write_text(json.dumps(dict(
-            spec, repeat=1 if side == "upstream" else repeat, wait_for_timed=wait_for_timed)))
-        env = dict(os.environ, VLLM_HOTPATHS="off" if side == "upstream" else hotpaths,
-                   VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_USE_FLASHINFER_SAMPLER="0")
+        spec = dict(spec, repeat=1 if side == "upstream" else repeat, wait_for_timed=wait_for_timed)
+        self.phases = len(engine_phases(spec))
+        Path(folder, "spec.json").write_text(json.dumps(spec))
+        environment = dict(os.environ, VLLM_HOTPATHS="off" if side == "upstream" else hotpaths,
+                           VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_USE_FLASHINFER_SAMPLER="0")
+        for key, value in (env or {}).items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = value
         print(f"e2e: {self.label} engine, {side}: starting", flush=True)
         self.began = time.perf_counter()
         with open(folder / "log.txt", "w") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "vllm_hotpaths.testing.e2e", "--engine-dir", str(folder)],
-                                            env=env, stdout=log, stderr=subprocess.STDOUT)
+                                            env=environment, stdout=log, stderr=subprocess.STDOUT)
 
     def _wait(self, done, what: str, timeout: float) -> None:
         deadline = time.perf_counter() + timeout
@@ -280,14 +331,22 @@ class EngineProcess:
                          f"before {what}:\n{log[-4000:]}")
 
     def wait_untimed(self, timeout: float) -> None:
-        """Until its engine is up and its untimed batches are done."""
-        self._wait(Path(self.folder, "untimed").exists, "the end of its untimed batches", timeout)
+        """Until its engine is up and its first phase (the untimed batches) is done."""
+        self._wait(Path(self.folder, "done-0").exists, "the end of its untimed batches", timeout)
         print(f"e2e: {self.label} engine, {self.side}: untimed batches done "
               f"({time.perf_counter() - self.began:.0f} s)", flush=True)
 
+    def run_phase(self, number: int, timeout: float) -> float:
+        """Let it run phase `number` (the others idle); seconds until it was done."""
+        started = time.perf_counter()
+        Path(self.folder, f"go-{number}").touch()
+        self._wait(Path(self.folder, f"done-{number}").exists, f"the end of its phase {number}", timeout)
+        return time.perf_counter() - started
+
     def finish(self, timeout: float) -> dict:
-        """Let it run its timed batches; its result once it has exited."""
-        Path(self.folder, "go-timed").touch()
+        """Let it run its remaining phases; its result once it has exited."""
+        for number in range(1, self.phases):
+            Path(self.folder, f"go-{number}").touch()
         started = time.perf_counter()
         self._wait(lambda: self.process.poll() is not None, "the end of its batches", timeout)
         if self.process.returncode != 0:
@@ -338,9 +397,14 @@ def first_difference(a: list[list[int]], b: list[list[int]]) -> str | None:
         return f"{len(a)} requests vs {len(b)}"
     for request, (x, y) in enumerate(zip(a, b)):
         if x != y:
-            at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-            return f"request {request}, token {at}: {x[at:at + 3]} vs {y[at:at + 3]} (lengths {len(x)}, {len(y)})"
+            return request_difference(request, x, y)
     return None
+
+
+def request_difference(request: int, x: list[int], y: list[int]) -> str:
+    """Where two requests' ids first differ."""
+    at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+    return f"request {request}, token {at}: {x[at:at + 3]} vs {y[at:at + 3]} (lengths {len(x)}, {len(y)})"
 
 
 def rates(ran: dict) -> list[float]:
@@ -421,6 +485,242 @@ def report(rows: list[dict], upstream: dict, plugin: dict, lengths: list[int]) -
     return "\n".join(lines), not problems
 
 
+# -- runner comparison (`--runners`) ----------------------------------------------------------
+# The engines, each on the dummy Qwen3 without a reasoning config: name -> (the runner vLLM must
+# pick, side, VLLM_USE_V2_MODEL_RUNNER). Unset, vLLM 0.22 picks Model Runner V2 for that model;
+# "0" forces Model Runner v1.
+RUNNER_ENGINES = {"mrv2 upstream": ("mrv2", "upstream", None),
+                  "v1 upstream": ("v1", "upstream", "0"),
+                  "v1 plugin": ("v1", "plugin", "0")}
+RUNNER_PHASES = ("equality", "timed", "pairs")
+# Which hot paths' "runner-change" ledger entries may explain that a request's ids differ between
+# Model Runner V2 and v1 (both upstream), by what the request uses. Per equality batch: "greedy"
+# uses neither (its ids must be equal), "seeded random" draws ("sampling": MRv2 draws its Gumbel
+# noise from per-request seeds, v1 from torch generators), "penalties" penalizes every request
+# ("penalties_mrv2": MRv2's penalty arithmetic on CUDA, an approximate 1/p and FMA) and draws in
+# half of them.
+RUNNER_CHANGES = (("sampling", lambda params: params.get("temperature", 1.0) > 0),
+                  ("penalties_mrv2", lambda params: params.get("presence_penalty", 0.0) != 0
+                   or params.get("frequency_penalty", 0.0) != 0 or params.get("repetition_penalty", 1.0) != 1))
+PAIR_BAR = 0.98  # the median plugin / upstream ratio of the plain-decode pairs that holds
+
+
+def runner_change_hotpaths(params: dict) -> set[str]:
+    """The hot paths whose runner changes can reach a request with these sampling parameters."""
+    return {hotpath for hotpath, uses in RUNNER_CHANGES if uses(params)}
+
+
+def runner_change_entries(hotpaths: set[str], vllm_version: str) -> list:
+    """The ledger's "runner-change" entries of these hot paths that cover this vLLM version."""
+    from vllm_hotpaths.testing import ledger
+
+    return [entry for entry in ledger.LEDGER if entry.kind == "runner-change" and entry.hotpath in hotpaths
+            and entry.applies_to(entry.hotpath, vllm_version)]
+
+
+def compare_runners(batch: Batch, mrv2: dict, v1: dict, vllm_version: str) -> dict:
+    """A batch's ids under Model Runner V2 against v1: every differing request must be explained
+    by a runner-change entry of a hot path it uses."""
+    a, b = mrv2["batches"][batch.name]["ids"], v1["batches"][batch.name]["ids"]
+    row = {"batch": batch.name, "requests": len(batch.prompts), "differing": 0, "unexplained": 0,
+           "explained_by": [], "difference": None}
+    if len(a) != len(b):
+        return dict(row, differing=max(len(a), len(b)), unexplained=max(len(a), len(b)),
+                    difference=f"{len(a)} requests vs {len(b)}", ok=False)
+    entries: dict[str, object] = {}
+    for request, (x, y) in enumerate(zip(a, b)):
+        if x == y:
+            continue
+        row["differing"] += 1
+        explaining = runner_change_entries(runner_change_hotpaths(batch.params[request]), vllm_version)
+        entries.update((entry.link, entry) for entry in explaining)
+        if not explaining:
+            row["unexplained"] += 1
+            row["difference"] = row["difference"] or request_difference(request, x, y)
+    row["explained_by"] = [{"hotpath": entry.hotpath, "link": link} for link, entry in entries.items()]
+    return dict(row, ok=not row["unexplained"])
+
+
+def runner_verdict(row: dict) -> str:
+    if not row["differing"]:
+        return "equal"
+    links = ", ".join(f"{e['link']} ({e['hotpath']})" for e in row["explained_by"])
+    if row["ok"]:
+        return f"{row['differing']} of {row['requests']} requests differ, explained: {links}"
+    return (f"DIFFERENT, {row['unexplained']} of {row['requests']} requests unexplained (first: {row['difference']})"
+            + (f"; explained: {links}" if links else ""))
+
+
+def pair_runs(upstream: dict, plugin: dict) -> list[dict]:
+    """Each plain-decode pair's rates and ratio; even pairs (from 0) ran upstream first."""
+    return [{"pair": number + 1, "first": ("v1 upstream", "v1 plugin")[number % 2], "upstream_tok_s": up,
+             "plugin_tok_s": on, "ratio": on / up}
+            for number, (up, on) in enumerate(zip(rates(upstream), rates(plugin)))]
+
+
+def pair_order(number: int) -> tuple[str, str]:
+    """Which engine of pair `number` (from 0) runs first: upstream, then they alternate."""
+    return ("v1 upstream", "v1 plugin") if number % 2 == 0 else ("v1 plugin", "v1 upstream")
+
+
+def runner_report(equality: list[Batch], timed: list[Batch], pairs: Batch | None,
+                  results: dict[str, dict]) -> tuple[str, bool, dict]:
+    """The runner comparison as text, whether it held, and its summary for `--json`. `results`:
+    engine name (of RUNNER_ENGINES) -> its result, for the engines started."""
+    from vllm_hotpaths import runners
+
+    problems, summary = [], {"runners": {}, "expected_runners": {}, "equality": [], "timed": [], "pairs": None}
+    first = next(iter(results.values()))
+    summary.update(vllm=first["vllm"], device=first["device"])
+    titled = {}
+    for name, result in results.items():
+        expected, side, _ = RUNNER_ENGINES[name]
+        got = result.get("runner")
+        summary["runners"][name], summary["expected_runners"][name] = got, expected
+        titled[name] = f"{name} ({runners.TITLES.get(got, 'runner unknown')})"
+        if got != expected:
+            problems.append(f"the {name} engine runs {runners.TITLES.get(got, 'an unknown runner')}, "
+                            f"not {runners.TITLES[expected]}")
+        if side == "upstream" and result["patched"]:
+            problems.append(f"the {name} engine was patched (VLLM_HOTPATHS=off was not honoured)")
+    plugin, upstream, mrv2 = (results.get(name) for name in ("v1 plugin", "v1 upstream", "mrv2 upstream"))
+    if plugin is not None:
+        summary["patched"] = plugin["patched"]
+        if not plugin["patched"]:
+            problems.append("the plugin installed nothing (is vllm-hotpaths installed where vLLM finds its "
+                            "plugins, and is this vLLM version in validated.json?)")
+    lines = [f"device: {first['device']}   vLLM {first['vllm']}",
+             *[f"engine {name}: {runners.TITLES.get(result.get('runner'), 'runner unknown')}"
+               for name, result in results.items()]]
+
+    def plugin_verdict(batch: Batch) -> str:
+        difference = first_difference(upstream["batches"][batch.name]["ids"], plugin["batches"][batch.name]["ids"])
+        if difference:
+            problems.append(f"{batch.name}: the plugin changed the generated ids (v1 plugin vs v1 upstream)")
+        return f"DIFFERENT: {difference}" if difference else "equal"
+
+    if equality:
+        lines += ["", "| batch | requests | v1 plugin == v1 upstream | MRv2 upstream vs v1 upstream |",
+                  "|---|---|---|---|"]
+        for batch in equality:
+            row = compare_runners(batch, mrv2, upstream, first["vllm"])
+            row["plugin"] = plugin_verdict(batch)
+            if not row["ok"]:
+                problems.append(f"{batch.name}: Model Runner V2 and v1 generated different ids that no runner-change "
+                                f"ledger entry explains ({row['unexplained']} requests; first: {row['difference']})")
+            summary["equality"].append(row)
+            lines.append(f"| {batch.name} | {row['requests']} | {row['plugin']} | {runner_verdict(row)} |")
+    if timed:
+        names = [name for name in RUNNER_ENGINES if name in results]
+        lines += ["", "| batch (tok/s) | " + " | ".join(titled[name] for name in names)
+                  + " | v1 plugin == v1 upstream |", "|---" * (len(names) + 2) + "|"]
+        for batch in timed:
+            rate = {name: rates(results[name]["batches"][batch.name])[0] for name in names}
+            row = {"batch": batch.name, "tok_s": rate, "plugin": plugin_verdict(batch)}
+            summary["timed"].append(row)
+            lines.append(f"| {batch.name} | " + " | ".join(f"{rate[name]:,.0f}" for name in names)
+                         + f" | {row['plugin']} |")
+    if pairs is not None:
+        runs = pair_runs(upstream["batches"][pairs.name], plugin["batches"][pairs.name])
+        median = statistics.median(run["ratio"] for run in runs)
+        verdict = plugin_verdict(pairs)
+        summary["pairs"] = {"batch": pairs.name, "runs": runs, "median_ratio": median, "bar": PAIR_BAR,
+                            "meets_bar": median >= PAIR_BAR, "plugin": verdict}
+        lines += ["", f"plain-decode pairs ({pairs.name}, v1 plugin / v1 upstream; first pair's ids: {verdict}):",
+                  "| pair | first | v1 upstream tok/s | v1 plugin tok/s | plugin / upstream |", "|---|---|---|---|---|"]
+        lines += [f"| {run['pair']} | {run['first']} | {run['upstream_tok_s']:,.0f} | {run['plugin_tok_s']:,.0f} | "
+                  f"{run['ratio']:.3f} |" for run in runs]
+        lines.append(f"median plugin / upstream over {len(runs)} pairs: {median:.3f}: "
+                     + (f"meets the bar (>= {PAIR_BAR})" if median >= PAIR_BAR else f"BELOW the bar ({PAIR_BAR})"))
+    summary["problems"] = problems
+    lines += [f"FAIL: {problem}" for problem in problems]
+    return "\n".join(lines), not problems, summary
+
+
+def runner_specs(engine: dict, phases: set[str], equality: list[Batch], timed: list[Batch],
+                 pairs: Batch | None, count: int) -> dict[str, dict]:
+    """Each engine's spec: phase 0 the equality batches, phase 1 the timed ones, then (v1 engines)
+    one phase per plain-decode pair. Model Runner V2 starts only for equality or timed batches."""
+    specs = {}
+    for name, (runner, side, _) in RUNNER_ENGINES.items():
+        if runner == "mrv2" and not phases & {"equality", "timed"}:
+            continue
+        steps = [{"batches": [b.__dict__ for b in equality], "wait": False},
+                 {"batches": [b.__dict__ for b in timed], "wait": True}]
+        if runner == "v1" and pairs is not None:
+            steps += [{"batches": [pairs.__dict__], "wait": True} for _ in range(count)]
+        specs[name] = {"label": runner, "engine": engine, "phases": steps}
+    return specs
+
+
+def run_runner_engines(specs: dict[str, dict], hotpaths: str, timeout: float, root: Path,
+                       count: int) -> dict[str, dict]:
+    """Engine name -> result. All start at once and run their equality batches together; then each
+    runs its timed batches alone (the others idle), Model Runner V2 exits, and the v1 engines run
+    `count` plain-decode pairs, taking turns (upstream first in even pairs), each a warm engine."""
+    processes: dict[str, EngineProcess] = {}
+    results: dict[str, dict] = {}
+    try:
+        for name, spec in specs.items():
+            _, side, v2 = RUNNER_ENGINES[name]
+            processes[name] = EngineProcess(spec, side, hotpaths, 1, root / name.replace(" ", "-"), True,
+                                            env={"VLLM_USE_V2_MODEL_RUNNER": v2})
+        for process in processes.values():
+            process.wait_untimed(timeout)
+        for name, process in processes.items():
+            print(f"e2e: {name}: timed batches {process.run_phase(1, timeout):.0f} s", flush=True)
+        if "mrv2 upstream" in processes:
+            results["mrv2 upstream"] = processes["mrv2 upstream"].finish(timeout)
+        for number in range(count):
+            for name in pair_order(number):
+                seconds = processes[name].run_phase(2 + number, timeout)
+                print(f"e2e: pair {number + 1}, {name}: {seconds:.0f} s", flush=True)
+        for name, process in processes.items():
+            if name not in results:
+                results[name] = process.finish(timeout)
+    finally:
+        for process in processes.values():
+            process.stop()
+    return {name: results[name] for name in processes}
+
+
+def run_runners(args, lengths: list[int]) -> int:
+    """`--runners`: Model Runner V2 and v1 upstream and v1 with the plugin, on the dummy Qwen3."""
+    phases = {name.strip() for name in (args.only or ",".join(RUNNER_PHASES)).split(",") if name.strip()}
+    if not phases or phases - set(RUNNER_PHASES):
+        print(f"e2e: --only takes some of {', '.join(RUNNER_PHASES)}, got {args.only!r}", file=sys.stderr)
+        return 2
+    if args.model or args.think_markers:
+        print("e2e: --runners runs the dummy Qwen3 model without a reasoning config: no --model or "
+              "--think-markers", file=sys.stderr)
+        return 2
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        print("e2e: needs a CUDA GPU (and vLLM installed for it)", file=sys.stderr)
+        return 2
+    equality = equality_batches(DUMMY_VOCAB, args.requests, args.tokens) if "equality" in phases else []
+    timed = timed_batches(DUMMY_VOCAB, args.batch, lengths) if "timed" in phases else []
+    count = args.pairs if "pairs" in phases else 0
+    pairs = None
+    if count:
+        plain = timed_batches(DUMMY_VOCAB, args.batch, [max(lengths)])[0]
+        pairs = Batch(f"pairs: {plain.name}", plain.prompts, plain.params, timed=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_dummy_model(Path(tmp, "dummy-qwen3"), architecture="qwen3")
+        max_num_seqs = max(args.batch, args.requests)
+        engine = dummy_engine(model, max_num_seqs, PROMPT_LEN + max(lengths + [args.tokens]) + 16, args.gpu_memory)
+        specs = runner_specs(engine, phases, equality, timed, pairs, count)
+        results = run_runner_engines(specs, args.hotpaths, args.timeout, Path(tmp, "engines"), count)
+    text, ok, summary = runner_report(equality, timed, pairs, results)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+    return 0 if ok else 1
+
+
 def parse_markers(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """"START_IDS:END_IDS", each a comma-separated list of token ids."""
     try:
@@ -437,9 +737,17 @@ def run(args) -> int:
         import torch
     except ImportError:
         torch = None
-    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
-    if any(n <= 0 for n in lengths) or min(args.batch, args.requests, args.tokens, args.repeat) <= 0:
+    lengths = [int(x) for x in (args.lengths or ("5000" if args.runners else "1500,5000")).split(",") if x.strip()]
+    if not lengths or any(n <= 0 for n in lengths) or min(args.batch, args.requests, args.tokens, args.repeat) <= 0:
         print("e2e: --batch, --requests, --tokens, --lengths and --repeat must be positive", file=sys.stderr)
+        return 2
+    if args.pairs < 0:
+        print("e2e: --pairs must not be negative", file=sys.stderr)
+        return 2
+    if args.runners:
+        return run_runners(args, lengths)
+    if args.only:
+        print("e2e: --only belongs to --runners", file=sys.stderr)
         return 2
     try:
         markers = parse_markers(args.think_markers) if args.think_markers else DUMMY_MARKERS
@@ -461,12 +769,12 @@ def run(args) -> int:
             return 2
         max_model_len = PROMPT_LEN + len(markers[0]) + max(lengths + [args.tokens]) + 16
         max_num_seqs = max(args.batch, args.requests)
-        engine = dict(model=str(model), skip_tokenizer_init=True, enforce_eager=True, seed=0,
-                      attention_config={"backend": "TRITON_ATTN"}, gpu_memory_utilization=args.gpu_memory,
-                      max_num_seqs=max_num_seqs, max_model_len=max_model_len)
-        if not args.model:  # twice what every sequence at full length needs: no preemption
-            engine.update(load_format="dummy",
-                          kv_cache_memory_bytes=2 * max_num_seqs * max_model_len * DUMMY_KV_BYTES_PER_TOKEN)
+        if args.model:
+            engine = dict(model=str(model), skip_tokenizer_init=True, enforce_eager=True, seed=0,
+                          attention_config={"backend": "TRITON_ATTN"}, gpu_memory_utilization=args.gpu_memory,
+                          max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+        else:
+            engine = dummy_engine(model, max_num_seqs, max_model_len, args.gpu_memory)
         below = min(markers[0] + markers[1])  # prompt ids stay below every marker id
         built = {"main": (main_batches(markers, below, args.requests, args.tokens, args.batch, lengths),
                           {"think_markers": markers}),
@@ -497,7 +805,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the top of the dummy model's vocabulary)")
     parser.add_argument("--engines", default=",".join(ENGINES), help="which engines run (comma-separated)")
     parser.add_argument("--batch", type=int, default=128, help="requests in each timed batch")
-    parser.add_argument("--lengths", default="1500,5000", help="generated tokens of the timed batches")
+    parser.add_argument("--lengths", help="generated tokens of the timed batches (default 1500,5000; "
+                                           "with --runners 5000)")
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs of each timed batch on the plugin side (medians reported; upstream runs once)")
     parser.add_argument("--requests", type=int, default=32, help="requests in each equality batch")
@@ -508,6 +817,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds an engine process may take to start and run its untimed batches, "
                              "and again for its timed batches")
     parser.add_argument("--json", help="write the rows as JSON")
+    parser.add_argument("--runners", action="store_true",
+                        help="instead: Model Runner V2 upstream, v1 upstream and v1 with the plugin on a dummy Qwen3")
+    parser.add_argument("--only", metavar="PHASES",
+                        help=f"with --runners: which phases run, comma-separated (default {','.join(RUNNER_PHASES)})")
+    parser.add_argument("--pairs", type=int, default=3,
+                        help="with --runners: plain-decode pairs, v1 upstream and v1 plugin taking turns")
 
 
 if __name__ == "__main__":  # one engine, in the process `EngineProcess` starts
