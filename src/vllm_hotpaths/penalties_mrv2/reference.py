@@ -158,7 +158,8 @@ class SlotPenalties:
             raise InvalidPenaltiesInput(f"logits must be contiguous float32 [num_rows, {self.vocab_size}], got "
                                         f"{getattr(logits, 'dtype', type(logits).__name__)} "
                                         f"{list(getattr(logits, 'shape', []))}")
-        if logits.device != self.device:
+        if logits.device.type != self.device.type or None not in (logits.device.index, self.device.index) \
+                and logits.device.index != self.device.index:
             raise InvalidPenaltiesInput(f"logits are on {logits.device}, the state on {self.device}")
         rows, local_pos, input_ids = (np.asarray(list(v), dtype=np.int64) for v in (rows, local_pos, input_ids))
         if not len(rows) == len(local_pos) == len(input_ids) == logits.shape[0]:

@@ -316,6 +316,12 @@ def _penalties(case) -> list[tuple]:
     return case.penalties() if hasattr(case, "penalties") else []
 
 
+def _uses(penalties) -> bool:
+    from vllm_hotpaths.penalties_mrv2 import uses_penalties
+
+    return uses_penalties(penalties)
+
+
 MRV2_PENALTIES = "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/penalties.py"
 LEDGER += [
     _runner_change(
@@ -336,6 +342,13 @@ LEDGER += [
         affects=lambda case: any(rep == 1.0 and freq == 0.0 and pres == 0.0
                                  and (math.copysign(1, freq) < 0 or math.copysign(1, pres) < 0)
                                  for rep, freq, pres in _penalties(case))),
+    _runner_change(
+        "penalties_mrv2", f"{MRV2_PENALTIES}#L127-L133",
+        summary="a request whose penalties are all neutral, in a batch where another has penalties, on "
+                "CUDA: Model Runner V2 leaves its logits alone; v1 penalizes the whole batch, and its "
+                "x * 1 and x - 0 turn a NaN logit into the canonical NaN (no sampled token changes)",
+        affects=lambda case: any(not _uses(p) for p in _penalties(case)) and any(_uses(p) for p in _penalties(case)),
+        devices=("cuda",)),
     _runner_change(
         "sampling", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/gumbel.py#L126",
         summary="random sampling noise: Model Runner V2 draws Gumbel noise from Philox keyed by the "
