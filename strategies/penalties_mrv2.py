@@ -25,7 +25,9 @@ ONE_UP = float(np.nextafter(np.float32(1), np.float32(2)))
 ONE_DOWN = float(np.nextafter(np.float32(1), np.float32(0)))
 TINY = float(np.nextafter(np.float32(0), np.float32(1)))
 REPETITION = (1.0, ONE_UP, ONE_DOWN, 1.3, 0.7, 2.0, 1e-30, 1e30)
-ADDITIVE = (0.0, -0.0, TINY, 1e-7, 0.5, -0.5, 1.5, 2.0, -2.0)  # frequency and presence
+# frequency and presence; 0.7 and -1.3 have full mantissas, so f * count rounds (and a fused
+# multiply-add rounds once instead)
+ADDITIVE = (0.0, -0.0, TINY, 1e-7, 0.7, -1.3, 0.5, -0.5, 1.5, 2.0, -2.0)
 VOCABS = (1, 2, 3, 7, 8, 9, 31, 32, 33, 64)  # around the prompt mask's 32-bit words
 REAL_VOCABS = (32768, 32769, 151936, 262144)
 

@@ -58,7 +58,7 @@ def check_older_reference(hotpath, checks, vllm_version: str, device, log, reque
 
 
 def show_named_differences(checks, expected, actual, device, log, key: str, plain_judge, named,
-                           unnamed: str) -> dict[str, object]:
+                           unnamed: str, one_per_case: bool = False) -> dict[str, object]:
     """`checks.check(expected, actual)` until a run finds nothing new; returns {ledger link: its
     shrunk case}. A difference fails and Hypothesis shrinks it; the shrunk case must be named by
     ledger entries (`named(case, failure)`), which it then shows. The law runs again with the
@@ -84,10 +84,13 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
             entries = named(log.last, failure)
             if not entries:
                 raise AssertionError(f"{unnamed}: {failure}") from failure
-            if all(entry.link in shown for entry in entries):  # not judged alone: no progress
+            new = [entry for entry in entries if entry.link not in shown]
+            if not new:  # not judged alone: no progress
                 raise
-            for entry in entries:
-                shown.setdefault(entry.link, log.last)
+            # With `one_per_case`, the case shows one entry: another entry that also covers it must
+            # be shown by a case of its own (the case cannot say which of them made the difference).
+            for entry in new[:1] if one_per_case else new:
+                shown[entry.link] = log.last
 
 
 def save_shown(hotpath: str, shown: dict, log, request) -> None:

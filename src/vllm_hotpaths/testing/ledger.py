@@ -332,8 +332,10 @@ LEDGER += [
     _runner_change(
         "penalties_mrv2", f"{MRV2_PENALTIES}#L179",
         summary="frequency on CUDA: Model Runner V2's x - f * count compiles to one fused multiply-add "
-                "(one rounding); v1 rounds f * count, then the difference",
-        affects=lambda case: any(freq != 0.0 for _, freq, _ in _penalties(case)), devices=("cuda",)),
+                "(one rounding); v1 rounds f * count, then the difference (named for requests without "
+                "repetition: with it, the repetition entry names the request)",
+        affects=lambda case: any(rep == 1.0 and freq != 0.0 for rep, freq, _ in _penalties(case)),
+        devices=("cuda",)),
     _runner_change(
         "penalties_mrv2", f"{MRV2_PENALTIES}#L133",
         summary="a request whose penalties are all neutral but a -0.0 frequency or presence: Model "

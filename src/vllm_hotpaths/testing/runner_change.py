@@ -23,5 +23,5 @@ def check_against_v1(hotpath, checks, vllm_version: str, device: str, log, reque
         named=lambda case, failure: ledger.explain_runner_change(hotpath.name, vllm_version, device, case,
                                                                  str(failure)),
         unnamed=f"{v1.label} differs from vLLM {vllm_version}'s Model Runner V2 where no runner-change "
-                f"entry names it")
+                f"entry names it", one_per_case=True)
     drift.save_shown(hotpath.name, shown, log, request)
