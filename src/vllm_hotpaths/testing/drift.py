@@ -64,7 +64,8 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
     ledger entries (`named(case, failure)`), which it then shows. The law runs again with the
     differences of the entries shown so far judged as expected, example by example: each entry
     gets its own shrunk case, and a difference no entry names fails (`unnamed`: the message).
-    `plain_judge` judges every example first (conformance's ledger divergences, or plainly)."""
+    `plain_judge` judges every example first (conformance's ledger divergences, or plainly).
+    `one_per_case`: each shrunk case shows one entry (see below)."""
     shown: dict[str, object] = {}
 
     def judge(case, compare) -> bool:
@@ -72,7 +73,8 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
             return plain_judge(case, compare)
         except AssertionError as failure:
             entries = named(case, failure)
-            if entries and all(entry.link in shown for entry in entries):
+            met = [entry.link in shown for entry in entries]
+            if entries and (any(met) if one_per_case else all(met)):
                 return True
             raise
 
@@ -87,8 +89,10 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
             new = [entry for entry in entries if entry.link not in shown]
             if not new:  # not judged alone: no progress
                 raise
-            # With `one_per_case`, the case shows one entry: another entry that also covers it must
-            # be shown by a case of its own (the case cannot say which of them made the difference).
+            # With `one_per_case` a case shows one entry (the first), and a difference is judged
+            # expected once any entry covering it has been shown: a case covered by several
+            # entries cannot say which of them made it. Committed fixtures, replayed first, give
+            # each entry a case that it alone covers.
             for entry in new[:1] if one_per_case else new:
                 shown[entry.link] = log.last
 

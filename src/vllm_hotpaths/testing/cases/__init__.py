@@ -15,6 +15,23 @@ def note(label: str) -> None:
         pass
 
 
+def seeded_logits(num_rows: int, vocab_size: int, seed: int, share: float, edits, specials):
+    """fp32 logits [num_rows, vocab_size] as a NumPy array: normal (scale 4) from `seed`, then a
+    `share` of lanes set to values drawn from `specials`, then `edits` ((row, lane, value), rows
+    and lanes taken modulo the shape) written over them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shape = (num_rows, vocab_size)
+    values = (rng.standard_normal(shape) * 4).astype(np.float32)
+    special = rng.random(shape) < share
+    values[special] = rng.choice(np.array(specials, dtype=np.float32), size=int(special.sum()))
+    for row, lane, value in edits:
+        if num_rows:
+            values[row % num_rows, lane % vocab_size] = value
+    return values
+
+
 class Ops:
     """Named fields of a program's operations. A program stores each operation as a plain tuple
     `(kind, *fields)` (the fixture format); `Ops(add="prompt output budget tracked")` gives them

@@ -28,12 +28,11 @@ import math
 from dataclasses import dataclass
 from typing import Iterator
 
-import numpy as np
 import torch
 
 from vllm_hotpaths.logits_copy import InvalidSamplingInput, ReasoningMarkers, RequestParams
 from vllm_hotpaths.testing.bits import assert_same_bits
-from vllm_hotpaths.testing.cases import Ops, copy_of, note
+from vllm_hotpaths.testing.cases import Ops, copy_of, note, seeded_logits
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 
 OPS = Ops(add="slot prompt output params", remove="slot", append="slot tokens", step="batch seed share edits")
@@ -196,14 +195,7 @@ def run(program: LogitsProgram, samplers, device) -> Iterator[Step]:
 
 def build_logits(program: LogitsProgram, num_rows: int, seed: int, share: float, edits,
                  device) -> torch.Tensor:
-    rng = np.random.default_rng(seed)
-    shape = (num_rows, program.vocab_size)
-    values = (rng.standard_normal(shape) * 4).astype(np.float32)
-    special = rng.random(shape) < share
-    values[special] = rng.choice(np.array(SPECIAL_LOGITS, dtype=np.float32), size=int(special.sum()))
-    for row, lane, value in edits:
-        if num_rows:
-            values[row % num_rows, lane % program.vocab_size] = value
+    values = seeded_logits(num_rows, program.vocab_size, seed, share, edits, SPECIAL_LOGITS)
     return torch.from_numpy(values).to(device=device, dtype=getattr(torch, program.dtype))
 
 

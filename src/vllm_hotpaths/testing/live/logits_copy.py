@@ -59,6 +59,16 @@ def host_uva(buffer_utils):
         buffer_utils.UvaBuffer = original
 
 
+def request_state(max_num_reqs: int, max_model_len: int, vocab_size: int, device):
+    """vLLM's Model Runner V2 `RequestState` as the adapters use it (one speculative step, a
+    token budget of one model length); call inside `host_uva`."""
+    from vllm.v1.worker.gpu.states import RequestState
+
+    return RequestState(max_num_reqs=max_num_reqs, max_model_len=max_model_len,
+                        max_num_batched_tokens=max_model_len, num_speculative_steps=1,
+                        vocab_size=vocab_size, device=device)
+
+
 class LiveSampler022:
     """`reasoning` is accepted and unused: 0.22's Model Runner v2 sampler has no thinking forcing
     (its `SamplingParams` still carries `thinking_token_budget`)."""
@@ -69,16 +79,12 @@ class LiveSampler022:
         from vllm.sampling_params import SamplingParams
         from vllm.v1.worker.gpu import buffer_utils
         from vllm.v1.worker.gpu.input_batch import post_update
-        from vllm.v1.worker.gpu.states import RequestState
 
         self._SamplingParams, self._post_update = SamplingParams, post_update
         self.device = torch.device(device)
         self.vocab_size, self.max_model_len = vocab_size, max_model_len
         with host_uva(buffer_utils):
-            self.req_states = RequestState(
-                max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-                max_num_batched_tokens=max_model_len, num_speculative_steps=1,
-                vocab_size=vocab_size, device=self.device)
+            self.req_states = request_state(max_num_reqs, max_model_len, vocab_size, self.device)
             self.sampler = self._sampler(max_num_reqs, vocab_size, reasoning)
         self.params: dict[int, object] = {}  # slot -> the SamplingParams given to vLLM
 

@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from vllm_hotpaths import vllm_env
 from vllm_hotpaths.penalties_mrv2 import InvalidPenaltiesInput
-from vllm_hotpaths.testing.live.logits_copy import host_uva
+from vllm_hotpaths.testing.live.logits_copy import host_uva, request_state
 
 
 def _check_ids(vocab_size: int, *lists, lowest: int = 0) -> None:
@@ -35,16 +35,12 @@ class LiveSlotPenalties:
         self._penalties = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.penalties")
         from vllm.v1.worker.gpu import buffer_utils
         from vllm.v1.worker.gpu.input_batch import post_update
-        from vllm.v1.worker.gpu.states import RequestState
 
         self._post_update = post_update
         self.device = torch.device(device)
         self.vocab_size, self.max_model_len = vocab_size, max_model_len
         with host_uva(buffer_utils):
-            self.req_states = RequestState(
-                max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-                max_num_batched_tokens=max_model_len, num_speculative_steps=1,
-                vocab_size=vocab_size, device=self.device)
+            self.req_states = request_state(max_num_reqs, max_model_len, vocab_size, self.device)
             self.state = self._state()
 
     def __deepcopy__(self, memo):
