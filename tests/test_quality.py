@@ -33,7 +33,8 @@ def generation_only(tmp_path) -> dict[str, str]:
 def test_penalties_mutant_is_caught(mutant, law, run_cli, tmp_path):
     result = run_cli(
         "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
-        "-k", "penalties and cpu", "--hypothesis-profile", "ci",
+        "-k", "penalties and cpu", "--hypothesis-profile",
+        "quality" if mutant in penalties_mutants.NEED_MORE_EXAMPLES else "ci",
         "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
         **generation_only(tmp_path),
     )
