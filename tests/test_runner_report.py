@@ -40,8 +40,8 @@ class ScriptedChecks:
     """A law over cases 0..n-1 whose differences are scripted: case i differs where `covers[i]`
     names entries; `check` plays every case through the judge, as `Checks.check` does."""
 
-    def __init__(self, covers: dict[int, list[str]], n: int) -> None:
-        self.covers, self.n = covers, n
+    def __init__(self, covers: dict[int, list[str]], n: int, judgments: int = 1) -> None:
+        self.covers, self.n, self.judgments = covers, n, judgments  # judgments per case (stateful laws)
 
     def check(self, expected, actual, device, log, judge, key=""):
         for case in range(self.n):
@@ -51,7 +51,8 @@ class ScriptedChecks:
                 if self.covers.get(case):
                     raise AssertionError(f"case {case} differs")
 
-            judge(case, compare)
+            for _ in range(self.judgments):
+                judge(case, compare)
 
 
 def plainly(case, compare):
@@ -59,8 +60,8 @@ def plainly(case, compare):
     return False
 
 
-def show(covers, n, one_per_case=True):
-    checks, log = ScriptedChecks(covers, n), CaseLog(ROOT / "properties" / "regressions")
+def show(covers, n, one_per_case=True, judgments=1):
+    checks, log = ScriptedChecks(covers, n, judgments), CaseLog(ROOT / "properties" / "regressions")
     shown = drift.show_named_differences(
         checks, None, None, "cpu", log, key="", plain_judge=plainly,
         named=lambda case, failure: [Entry(link=link) for link in covers.get(case, [])],
@@ -75,6 +76,11 @@ def test_each_example_counts_for_every_shown_entry_that_covers_it():
     assert log.excused_counts == Counter({"a": 3, "b": 2})
     assert log.counted_examples == 8  # the last, complete run only (earlier runs stopped at a difference)
     assert log.examples > 8
+
+
+def test_an_example_judged_several_times_counts_once():
+    _, log = show({1: ["a"], 3: ["a", "b"]}, n=5, one_per_case=False, judgments=3)
+    assert log.excused_counts == Counter({"a": 2, "b": 1}) and log.counted_examples == 5
 
 
 def test_an_entry_covering_only_cases_judged_by_another_shown_one_is_not_counted():

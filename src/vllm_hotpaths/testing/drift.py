@@ -11,7 +11,6 @@ the older semantics still hold for the sampled inputs.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -72,7 +71,8 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
     every shown entry that covers it (`log.excused_counts`), and the examples it ran
     (`log.counted_examples`): earlier runs stop at a difference and are not counted."""
     shown: dict[str, object] = {}
-    counts: Counter[str] = Counter()
+    # (example number, link) judged expected: a stateful law may judge one example several times
+    excused: set[tuple[int, str]] = set()
 
     def judge(case, compare) -> bool:
         try:
@@ -81,16 +81,16 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
             entries = named(case, failure)
             met = [entry.link in shown for entry in entries]
             if entries and (any(met) if one_per_case else all(met)):
-                counts.update(entry.link for entry in entries if entry.link in shown)
+                excused.update((log.examples, entry.link) for entry in entries if entry.link in shown)
                 return True
             raise
 
     while True:
-        counts.clear()
+        excused.clear()
         started = log.examples
         try:
             checks.check(expected, actual, device, log, judge, key=key)
-            log.excused_counts.update(counts)
+            log.excused_counts.update(link for _, link in excused)
             log.counted_examples += log.examples - started
             return shown
         except AssertionError as failure:
