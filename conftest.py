@@ -359,6 +359,10 @@ def pytest_runtest_makereport(item, call):
             ("implementation", implementation),
             ("examples", log.examples if log else 0),
             ("excused", sorted(log.excused) if log else []),
+            # the runner-change report: how often each entry excused an example, and its fixture
+            ("excused_counts", dict(log.excused_counts) if log else {}),
+            ("counted_examples", log.counted_examples if log else 0),
+            ("shown_fixtures", dict(log.shown_fixtures) if log else {}),
         ]
         if log is not None and log.shown_by:
             report.user_properties.append(("fixture", log.shown_by))

@@ -10,13 +10,15 @@ STATUSES = {"pass", "fail", "skip", "expected-divergence"}
 
 def check_report_shape(report):
     assert set(report) == {"vllm_version", "profile", "seed", "command", "environment", "duration_s",
-                           "devices", "partial", "problems", "verdict", "results", "runner", "runner_choice"}
+                           "devices", "partial", "problems", "verdict", "results", "runner", "runner_choice",
+                           "runner_changes"}
     assert set(report["environment"]) == {"date", "commit", "python", "torch", "triton", "hypothesis",
                                           "vllm", "cuda_device"}
     assert isinstance(report["seed"], int) and report["verdict"] in ("PASS", "FAIL")
     for row in report["results"]:
         assert set(row) == {"hotpath", "runner", "check", "device", "implementation", "status", "examples",
-                            "fixture", "outcomes", "excused", "failures", "skip_reasons"}
+                            "fixture", "outcomes", "excused", "failures", "skip_reasons", "excused_counts",
+                            "counted_examples", "shown_fixtures"}
         assert row["check"] in {"equivalence", "conformance", "drift", "semantic-change", "runner-change"}
         assert row["device"] in {"cpu", "cuda"}
         assert row["runner"] == registry.get(row["hotpath"]).runner
@@ -35,6 +37,11 @@ def test_gate_passes_and_writes_reports(run_cli, tmp_path):
     assert "| penalties" in (tmp_path / "gate-report.md").read_text()
     assert "| penalties" in result.stdout
     assert result.stdout.rstrip().splitlines()[-1].startswith("PASS: ")
+    # the runner-change section closes the output, before the verdict
+    title = f"What changes for your sampled tokens when vLLM {report['vllm_version'] or '(not installed)'} runs"
+    assert title in result.stdout.split("reports: ")[-1], result.stdout[-3000:]
+    assert all(set(item) >= {"hotpath", "summary", "link", "devices", "counts", "fixture"}
+               for item in report["runner_changes"])
 
 
 def test_gate_runs_only_the_named_hot_paths_of_the_named_runner(run_cli, tmp_path):
@@ -51,6 +58,8 @@ def test_gate_runs_only_the_named_hot_paths_of_the_named_runner(run_cli, tmp_pat
     assert {r["hotpath"] for r in report["results"]} == {"swap_states"}
     assert any(r["check"] == "equivalence" and r["status"] == "pass" for r in report["results"])
     assert report["runner"] == "v1" and "--runner v1" in report["command"]
+    if vllm_env.installed_version():
+        assert "- not checked: --runner v1 leaves out every Model Runner V2 hot path" in result.stdout
     if vllm_env.installed_version() == "0.22.0":
         assert {a["configuration"]: a["runner"] for a in report["runner_choice"]} == {
             "Qwen3 dense": "mrv2", "Qwen2 dense": "v1", "Qwen3 dense, ngram speculative decoding": "v1"}

@@ -65,8 +65,14 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
     differences of the entries shown so far judged as expected, example by example: each entry
     gets its own shrunk case, and a difference no entry names fails (`unnamed`: the message).
     `plain_judge` judges every example first (conformance's ledger divergences, or plainly).
-    `one_per_case`: each shrunk case shows one entry (see below)."""
+    `one_per_case`: each shrunk case shows one entry (see below).
+
+    The last run, the one that completes, counts into the log each example judged expected for
+    every shown entry that covers it (`log.excused_counts`), and the examples it ran
+    (`log.counted_examples`): earlier runs stop at a difference and are not counted."""
     shown: dict[str, object] = {}
+    # (example number, link) judged expected: a stateful law may judge one example several times
+    excused: set[tuple[int, str]] = set()
 
     def judge(case, compare) -> bool:
         try:
@@ -75,12 +81,17 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
             entries = named(case, failure)
             met = [entry.link in shown for entry in entries]
             if entries and (any(met) if one_per_case else all(met)):
+                excused.update((log.examples, entry.link) for entry in entries if entry.link in shown)
                 return True
             raise
 
     while True:
+        excused.clear()
+        started = log.examples
         try:
             checks.check(expected, actual, device, log, judge, key=key)
+            log.excused_counts.update(link for _, link in excused)
+            log.counted_examples += log.examples - started
             return shown
         except AssertionError as failure:
             entries = named(log.last, failure)
@@ -98,9 +109,11 @@ def show_named_differences(checks, expected, actual, device, log, key: str, plai
 
 
 def save_shown(hotpath: str, shown: dict, log, request) -> None:
-    """Each change met, as a fixture carrying its link; the log names the first."""
+    """Each change met, as a fixture carrying its link; the log names the first (the row's
+    fixture) and keeps each one's path by link."""
     directory = Path(request.config.getoption("fixture_dir"))
     for link, case in shown.items():
         path = fixtures.save(directory, hotpath, case, source=request.node.nodeid, link=link)
         log.excuse_link(link)
-        log.shown_by = log.shown_by or fixtures.shown(path, request.config.rootpath)
+        log.shown_fixtures[link] = fixtures.shown(path, request.config.rootpath)
+        log.shown_by = log.shown_by or log.shown_fixtures[link]

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Callable
 import pytest
 
 from vllm_hotpaths import registry, vllm_env
-from vllm_hotpaths.testing import runner_choice
+from vllm_hotpaths.testing import runner_choice, runner_report
 
 
 @dataclass
@@ -52,6 +53,11 @@ class Row:
     fixture: str | None = None
     reasons: list[str] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)  # test id, message, fixture, replay command
+    # Named differences (drift, runner-change): {link: examples judged expected by that entry}, the
+    # examples of the runs they were counted in, and {link: the fixture written for it}.
+    excused_counts: Counter = field(default_factory=Counter)
+    counted_examples: int = 0
+    shown_fixtures: dict[str, str] = field(default_factory=dict)
 
     @property
     def runner(self) -> str:
@@ -71,7 +77,8 @@ class Row:
                 "implementation": self.implementation, "status": self.status,
                 "examples": self.examples, "fixture": self.fixture,
                 "outcomes": self.outcomes, "excused": sorted(self.excused), "failures": self.failures,
-                "skip_reasons": sorted(set(self.reasons))}
+                "skip_reasons": sorted(set(self.reasons)), "excused_counts": dict(sorted(self.excused_counts.items())),
+                "counted_examples": self.counted_examples, "shown_fixtures": dict(sorted(self.shown_fixtures.items()))}
 
     def merge(self, other: dict) -> None:
         """Add a row of another gate process's report (same key)."""
@@ -81,6 +88,15 @@ class Row:
         self.fixture = self.fixture or other["fixture"]
         self.failures += other["failures"]
         self.reasons += other["skip_reasons"]
+        self.add_counts(other.get("excused_counts", {}), other.get("counted_examples", 0),
+                        other.get("shown_fixtures", {}))
+
+    def add_counts(self, excused_counts: dict, counted_examples: int, shown_fixtures: dict) -> None:
+        """Add one test's (or one process's) named-difference counts and fixtures."""
+        self.excused_counts.update({link: int(n) for link, n in excused_counts.items()})
+        self.counted_examples += int(counted_examples)
+        for link, path in shown_fixtures.items():
+            self.shown_fixtures.setdefault(link, path)
 
 
 class GatePlugin:
@@ -135,6 +151,8 @@ class GatePlugin:
         row.outcomes.append(report.outcome)
         row.examples += int(props.get("examples", 0))
         row.excused.update(props.get("excused", []))
+        row.add_counts(props.get("excused_counts", {}), props.get("counted_examples", 0),
+                       props.get("shown_fixtures", {}))
         if props.get("fixture") and row.fixture is None:
             row.fixture = props["fixture"]
         if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
@@ -433,8 +451,10 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
               "environment": environment(options, version), "duration_s": round(duration, 1),
               "devices": sorted({r.device for r in rows if r.status != "skip"}),
               "partial": bool(partial), "problems": partial, "verdict": verdict,
-              "results": [r.as_json() for r in rows]}
-    write_reports(report, rows, report_dir)
+              "results": [r.as_json() for r in rows],
+              "runner_changes": runner_report.entries(rows, version, options.root, options.selected_hotpaths())}
+    changes = runner_report.lines(report["runner_changes"], version, runner_report.left_out(options))
+    write_reports(report, rows, report_dir, changes)
     print("\n" + table(rows))
     for line in runner_choice.lines(version, choice) if choice else []:
         print(line)
@@ -452,6 +472,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
                       f"({record_to})")
     if options.fail_on_skip and skipped:
         print(f"gate: {len(skipped)} row(s) skipped (--fail-on-skip)")
+    print("\n" + "\n".join(changes))
     counts = {s: sum(r.status == s for r in rows) for s in ("pass", "expected-divergence", "fail", "skip")}
     print(f"\n{verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
           + f" rows; {len(partial)} problem(s); {duration:.0f} s; seed {options.seed}")
@@ -480,7 +501,8 @@ def failure_lines(failed: list[Row]) -> list[str]:
     return lines
 
 
-def write_reports(report: dict, rows: list[Row], report_dir: Path) -> None:
+def write_reports(report: dict, rows: list[Row], report_dir: Path, changes: list[str] = ()) -> None:
+    """gate-report.json and gate-report.md; `changes`: the runner-change section's lines."""
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "gate-report.json").write_text(json.dumps(report, indent=1) + "\n")
     env = report["environment"]
@@ -499,4 +521,6 @@ def write_reports(report: dict, rows: list[Row], report_dir: Path) -> None:
     md += skip_lines(rows) + failure_lines([r for r in rows if r.status == "fail"])
     md += [f"- partial report: {p}" for p in report["problems"]]
     md += [f"- expected divergence: {x}" for x in excused]
+    if changes:
+        md += ["", f"## {changes[0]}", *changes[1:]]
     (report_dir / "gate-report.md").write_text("\n".join(md) + "\n")

@@ -21,6 +21,8 @@ says so), each compared by `Checks.agree` under `judge` (which decides what a di
 
 from __future__ import annotations
 
+from collections import Counter
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,12 @@ class CaseLog:
         self.examples = 0
         self.last = None
         self.excused: set[str] = set()
+        # Named differences: {link: examples judged expected by that entry} and the examples of
+        # the run they were counted in (`drift.show_named_differences`' last, complete run).
+        self.excused_counts: Counter[str] = Counter()
+        self.counted_examples = 0
         self.shown_by: str | None = None  # a committed fixture that shows an excused divergence
+        self.shown_fixtures: dict[str, str] = {}  # {link: the fixture written for it}
         self.reference_version: str | None = None  # the reference a conformance-like law ran
 
     def record(self, case) -> None:
