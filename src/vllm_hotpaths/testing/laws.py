@@ -21,9 +21,8 @@ says so), each compared by `Checks.agree` under `judge` (which decides what a di
 
 from __future__ import annotations
 
-from collections import Counter
-
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
