@@ -272,8 +272,10 @@ def pytest_runtest_setup(item):
         pytest.skip("no CUDA device")
     interpreting = os.environ.get("TRITON_INTERPRET") == "1"
     if item.get_closest_marker("needs_interpreter") and not interpreting:
+        why = (" (VLLM_HOTPATHS_INTERPRETER=off: not run on this machine)"
+               if os.environ.get("VLLM_HOTPATHS_INTERPRETER") == "off" else " (`vllm-hotpaths gate` starts one)")
         pytest.skip("Triton kernels on CPU tensors run in Triton's interpreter: a process started "
-                    "with TRITON_INTERPRET=1 (`vllm-hotpaths gate` starts one)")
+                    "with TRITON_INTERPRET=1" + why)
     if item.get_closest_marker("needs_compiled_triton") and interpreting:
         pytest.skip("TRITON_INTERPRET=1: this process runs Triton interpreted, not on the GPU")
     if item.get_closest_marker("needs_vllm"):

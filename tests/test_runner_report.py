@@ -205,3 +205,19 @@ def test_the_markdown_report_carries_the_section(tmp_path):
     assert "How often: 7 of 150 examples on cpu; not checked: no cuda rows." in md
     written = json.loads((tmp_path / "gate-report.json").read_text())["runner_changes"]
     assert {"hotpath", "summary", "link", "devices", "counts", "fixture"} <= set(item_of(written, SIGNED_ZERO))
+
+
+def test_the_results_page_carries_the_section_with_machine_folders_shortened():
+    from vllm_hotpaths.testing import results
+
+    rows = [row("cuda", {FMA: 3}, 40, shown={FMA: "/runner/out/gate/regressions/penalties_mrv2/f.json"})]
+    items, _ = section(rows)
+    report = {"vllm_version": VERSION, "profile": "ci", "seed": 1, "devices": ["cuda"], "verdict": "PASS",
+              "command": "vllm-hotpaths gate --report-dir /runner/out/gate --suite /home/ci/repo -n 8",
+              "environment": {}, "results": [r.as_json() for r in rows], "runner_changes": items}
+    page = results.gate_page(report, "gate-x.json")
+    assert "`vllm-hotpaths gate --report-dir OUT/gate --suite . -n 8`" in page
+    assert f"## {runner_report.title(VERSION)}" in page
+    fma = next(line for line in page.splitlines() if line.startswith("- penalties_mrv2") and line.endswith(FMA))
+    assert "How often: 3 of 40 examples on cuda." in fma and "OUT/gate/regressions/penalties_mrv2/f.json" in fma
+    assert "/runner/out" not in page and "/home/ci" not in page

@@ -11,6 +11,10 @@
 #            fits the device's per-command limit when the gate profile takes long); "quality":
 #            the planted bugs that show only on CUDA (approximate division, fused multiply-add),
 #            each of which must fail its law and write a fixture
+#            "mrv2": the gate's Model Runner V2 rows (conformance, runner change) on cuda for the
+#            importable vLLM, CPU rows left to the CPU machine (VLLM_HOTPATHS_INTERPRETER=off: this
+#            image's Triton interpreter cannot run vLLM's kernels, docs/ci-gpu.md); report in
+#            $OUT/mrv2-<vLLM version>
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,6 +38,14 @@ if [[ " $PARTS " == *" gate "* ]]; then
   python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda "${only[@]}" \
     -n "${WORKERS:-4}" --report-dir "$OUT" --fixture-dir "$OUT/regressions"
   gate_rc=$?
+fi
+mrv2_rc=0
+if [[ " $PARTS " == *" mrv2 "* ]]; then
+  version=$(python -c "from importlib.metadata import version; print(version('vllm'))")
+  VLLM_HOTPATHS_INTERPRETER=off python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda \
+    --require-vllm --runner mrv2 "${only[@]}" -n "${WORKERS:-4}" --report-dir "$OUT/mrv2-$version" \
+    --fixture-dir "$OUT/mrv2-$version/regressions"
+  mrv2_rc=$?
 fi
 if [[ " $PARTS " == *" bench "* ]]; then
   python -m vllm_hotpaths.cli bench --device all "${only[@]}" --json "$OUT/bench.json" --plot "$OUT/bench.png"
@@ -61,6 +73,7 @@ if [[ " $PARTS " == *" quality "* ]]; then
     fi
   done
 fi
-echo "gate exit $gate_rc, bench exit $bench_rc, quality exit $quality_rc"
+echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc"
 worst=$(( gate_rc > bench_rc ? gate_rc : bench_rc ))
+worst=$(( worst > mrv2_rc ? worst : mrv2_rc ))
 exit $(( worst > quality_rc ? worst : quality_rc ))

@@ -5,12 +5,20 @@
 # travel in carry/ and are unpacked there into one site folder. A user with a normal vLLM install
 # on a GPU runner needs none of this: `vllm-hotpaths e2e` runs as it is.
 #
-#   here:              bash ci/gpu/stage-vllm.sh pack [VERSION]
+#   here:              bash ci/gpu/stage-vllm.sh pack [VERSION]   (and pack-py VERSION for an overlay)
 #                      -> carry/vllm-stage-1, carry/vllm-stage-2 (each under one transfer's limit)
 #   there, each call:  bash ci/gpu/stage-vllm.sh keep      (carried parts are kept in /tmp/vllm-stage)
 #   there, last call:  eval "$(bash ci/gpu/stage-vllm.sh install)"   (joins, checks, unpacks; sets
 #                      PYTHONPATH and VLLM_HOTPATHS_VLLM_C, the compiled ops for the penalties
 #                      CUDA conformance property)
+#   then, optionally:  eval "$(bash ci/gpu/stage-vllm.sh overlay carry/vllm-py-0.33.0/py.tar.xz)"
+#                      another version's Python files (a tar.xz of a wheel's .py files and its
+#                      dist-info) first on PYTHONPATH, over the staged site's dependencies. Its
+#                      compiled libraries are built for a newer torch and do not travel: the Model
+#                      Runner V2 sampler kernels are Python and Triton, and the one compiled op
+#                      they reach, `get_cuda_view_from_cpu_tensor` (the UVA view of pinned host
+#                      buffers), comes from the staged version's `_C`, built for this torch, behind
+#                      a stand-in `vllm._C_stable_libtorch`.
 # The parts kept in /tmp must still be there for the next call: run the calls one after the other
 # on the same machine.
 #
@@ -75,8 +83,30 @@ case "${1:-}" in
     fi
     echo "export PYTHONPATH=$PWD/site\${PYTHONPATH:+:\$PYTHONPATH} VLLM_HOTPATHS_VLLM_C=$PWD/site/vllm/_C.abi3.so"
     ;;
+  pack-py)  # here: carry/vllm-py-VERSION/py.tar.xz, the Python files and dist-info of a vLLM wheel
+    version=$2 cache=${STAGE_CACHE:-/tmp/vllm-stage-cache} work=$(mktemp -d)
+    mkdir -p "$cache"
+    ls "$cache"/vllm-"$version"-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps "vllm==$version" -d "$cache"
+    unzip -q "$cache"/vllm-"$version"-*.whl '*.py' "vllm-$version.dist-info/*" -d "$work" -x '*/RECORD'
+    mkdir -p "carry/vllm-py-$version"
+    (cd "$work" && tar -cJf - .) > "carry/vllm-py-$version/py.tar.xz"
+    rm -rf "$work"
+    du -sh "carry/vllm-py-$version"
+    ;;
+  overlay)
+    tarball=$(realpath "$2")
+    cd "$keep"
+    dir=$PWD/overlay-$(basename "$(dirname "$tarball")")
+    if [ ! -d "$dir" ]; then
+      mkdir -p "$dir" && tar -xJf "$tarball" -C "$dir"
+      cp site/vllm/_C.abi3.so "$dir/vllm/"
+      printf '%s\n' "# Stand-in for the compiled library built for a newer torch: the UVA op comes from vllm._C." \
+        "import vllm._C  # noqa: F401" > "$dir/vllm/_C_stable_libtorch.py"
+    fi
+    echo "export PYTHONPATH=$dir\${PYTHONPATH:+:\$PYTHONPATH}"
+    ;;
   *)
-    echo "usage: $0 pack [VERSION] | keep | install" >&2
+    echo "usage: $0 pack [VERSION] | keep | install | overlay TARBALL" >&2
     exit 2
     ;;
 esac

@@ -303,9 +303,14 @@ class RowsWriter(GatePlugin):
 
 def interprets_apart(options: GateOptions) -> bool:
     """Whether the Triton cases on CPU tensors need their own TRITON_INTERPRET=1 process: a GPU
-    is visible (this process runs Triton compiled) and a chosen hot path has Triton kernels."""
+    is visible (this process runs Triton compiled) and a chosen hot path has Triton kernels.
+    VLLM_HOTPATHS_INTERPRETER=off leaves them skipped instead, for an image whose interpreter
+    cannot run vLLM's kernels (docs/ci-gpu.md)."""
     import torch
 
+    if os.environ.get("VLLM_HOTPATHS_INTERPRETER") == "off":
+        print("gate: VLLM_HOTPATHS_INTERPRETER=off: the Triton cases on CPU tensors are skipped", flush=True)
+        return False
     names = options.hotpaths or registry.HOTPATHS
     return (any(registry.get(n).triton for n in names) and os.environ.get("TRITON_INTERPRET") != "1"
             and torch.cuda.is_available())

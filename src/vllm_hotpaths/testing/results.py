@@ -6,10 +6,36 @@ names the command that produced its numbers (recorded in those files) and the de
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
+
+from vllm_hotpaths.testing import runner_report
+
+
+def machine_folders(command: str) -> dict[str, str]:
+    """The machine's folders in a gate command, and what a page writes for them: the suite is
+    `.`, the folder holding the report directory is `OUT`."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return {}
+    value = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--suite", "--report-dir")}
+    folders = {}
+    if value.get("--report-dir", "").startswith("/"):
+        folders[str(Path(value["--report-dir"]).parent)] = "OUT"
+    if value.get("--suite", "").startswith("/"):
+        folders[value["--suite"]] = "."
+    return folders
 
 
 def gate_page(report: dict, source: str) -> str:
+    text = _gate_page(report, source)
+    for folder, short in sorted(machine_folders(report.get("command", "")).items(), key=lambda f: -len(f[0])):
+        text = text.replace(folder, short)
+    return text
+
+
+def _gate_page(report: dict, source: str) -> str:
     env = report.get("environment", {})
     lines = ["# Gate report", "", f"Produced by: `{report.get('command', 'vllm-hotpaths gate')}`  ",
              f"Verdict: {report.get('verdict', '?')}{' (partial)' if report.get('partial') else ''}; "
@@ -34,6 +60,9 @@ def gate_page(report: dict, source: str) -> str:
     excused = sorted({link for r in report["results"] for link in r["excused"]})
     if excused:
         lines += ["", "Expected divergences (ledger entries met):", ""] + [f"- {link}" for link in excused]
+    if report.get("runner_changes"):  # reports written before the section have none
+        head, *entries = runner_report.lines(report["runner_changes"], report.get("vllm_version"), None)
+        lines += ["", f"## {head}", *entries]
     return "\n".join(lines) + "\n"
 
 
