@@ -285,7 +285,7 @@ def pytest_runtest_setup(item):
         marker = item.get_closest_marker("hotpath")
         hotpath = registry.get(marker.args[0]) if marker else None
         if hotpath is not None and not hotpath.exists_in(version):
-            pytest.skip(f"vLLM {version} has no {hotpath.name} (it is there from {hotpath.since})")
+            pytest.skip(hotpath.absence(version))
     ops = item.get_closest_marker("needs_vllm_ops")
     if ops is not None and vllm_env.compiled_op(ops.args[0]) is None:
         pytest.skip(f"vLLM's compiled op {ops.args[0]} cannot be loaded (no vLLM CUDA install; "

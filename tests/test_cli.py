@@ -78,7 +78,7 @@ def test_runner_selection_and_its_refusal():
 
 
 def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path):
-    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "ci", "--report-dir", str(tmp_path),
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--report-dir", str(tmp_path),
                      "--hotpath", "penalties", "--impl", "penalties=properties.quality.penalties:PadWithZero",
                      "--fixture-dir", str(tmp_path / "fx"))
     assert result.returncode == 1, result.stdout[-3000:]
@@ -97,7 +97,7 @@ def test_gate_require_cuda_fails_without_a_gpu(run_cli, tmp_path):
     import torch
 
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--require-cuda",
-                     "--hotpath", "penalties", "--report-dir", str(tmp_path))
+                     "--hotpath", "swap_states", "--report-dir", str(tmp_path))
     assert (result.returncode == 0) == torch.cuda.is_available(), result.stdout[-3000:]
 
 
@@ -170,7 +170,7 @@ def test_gate_for_a_version_without_a_recipe_names_the_recipes(run_cli, tmp_path
 def test_gate_writes_junit_and_fails_on_a_skip_when_asked(run_cli, tmp_path):
     import torch
 
-    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--hotpath", "penalties",
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--hotpath", "swap_states",
                      "--report-dir", str(tmp_path), "--junit-xml", str(tmp_path / "junit.xml"),
                      "--fail-on-skip")
     assert "<testsuite" in (tmp_path / "junit.xml").read_text()

@@ -38,6 +38,9 @@ class HotPath:
     triton: bool = False  # Triton kernels: CPU cases need a TRITON_INTERPRET=1 process
     patch: str | None = None  # "module:attr": installs the fast path into the running vLLM (plugin)
     since: str | None = None  # first vLLM version that has the hot path (None: all checked ones)
+    # What vLLM does instead before `since`: (first version, text) pairs, oldest first; the
+    # gate's skip rows for those versions say it.
+    before_since: tuple[tuple[str, str], ...] = ()
     # The testing half of the entry: "module:attr" of its `testing.laws.Checks` (case schema,
     # driver, comparison), which the generic laws in properties/ run.
     checks: str | None = None
@@ -58,6 +61,12 @@ class HotPath:
 
     def exists_in(self, vllm_version: str) -> bool:
         return self.since is None or version_key(vllm_version) >= version_key(self.since)
+
+    def absence(self, vllm_version: str) -> str:
+        """Why `vllm_version` has no such hot path, and what it does instead."""
+        text = f"vLLM {vllm_version} has no {self.name} (it is there from {self.since})"
+        earlier = [what for first, what in self.before_since if version_key(first) <= version_key(vllm_version)]
+        return f"{text}: {earlier[-1]}" if earlier else text
 
     def patch_needed(self, vllm_version: str) -> str | None:
         """None where the patch applies to `vllm_version`, else why not (its module's
@@ -216,6 +225,17 @@ PENALTIES_MRV2_CONTRACT = Contract(
         "      appends its accepted drafts and its recovered or bonus token (vLLM's post_update)\n"
         "raising penalties_mrv2.InvalidPenaltiesInput for slots, ids or layouts vLLM never hands over."
     ),
+)
+
+# Model Runner V2 and a thinking budget before 0.28 (read in each version's config and engine).
+THINK_BUDGET_MRV2_BEFORE = (
+    ("0.22.0", "Model Runner V2 refuses a thinking budget: an engine with a reasoning config runs on Model "
+               "Runner v1, and forcing V2 (VLLM_USE_V2_MODEL_RUNNER=1) fails at start-up with 'does not yet "
+               "support: reasoning budget enforcement' (config/vllm.py); budgets are enforced by v1's "
+               "think_budget"),
+    ("0.25.0", "Model Runner V2 warns at start-up that it does not support thinking_token_budget, and refuses "
+               "each request that sets one with a ValueError (v1/engine/input_processor.py); budgets are "
+               "enforced only on Model Runner v1 (VLLM_USE_V2_MODEL_RUNNER=0), by v1's think_budget"),
 )
 
 HOTPATHS: dict[str, HotPath] = {
