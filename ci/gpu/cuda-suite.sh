@@ -14,7 +14,8 @@
 #            "mrv2": the gate's Model Runner V2 rows (conformance, runner change) on cuda for the
 #            importable vLLM, CPU rows left to the CPU machine (VLLM_HOTPATHS_INTERPRETER=off: this
 #            image's Triton interpreter cannot run vLLM's kernels, docs/ci-gpu.md); report in
-#            $OUT/mrv2-<vLLM version>
+#            $OUT/mrv2-<vLLM version>; then again for each tarball in OVERLAYS
+#            (stage-vllm.sh overlay: e.g. carry/vllm-py-0.33.0/py.tar.xz)
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,13 +40,19 @@ if [[ " $PARTS " == *" gate "* ]]; then
     -n "${WORKERS:-4}" --report-dir "$OUT" --fixture-dir "$OUT/regressions"
   gate_rc=$?
 fi
-mrv2_rc=0
-if [[ " $PARTS " == *" mrv2 "* ]]; then
+mrv2_gate() {
+  local version
   version=$(python -c "from importlib.metadata import version; print(version('vllm'))")
   VLLM_HOTPATHS_INTERPRETER=off python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda \
     --require-vllm --runner mrv2 "${only[@]}" -n "${WORKERS:-4}" --report-dir "$OUT/mrv2-$version" \
     --fixture-dir "$OUT/mrv2-$version/regressions"
-  mrv2_rc=$?
+}
+mrv2_rc=0
+if [[ " $PARTS " == *" mrv2 "* ]]; then
+  mrv2_gate || mrv2_rc=1
+  for tarball in ${OVERLAYS:-}; do  # another version's Python files over the staged vLLM
+    ( eval "$(bash ci/gpu/stage-vllm.sh overlay "$tarball")" && mrv2_gate ) || mrv2_rc=1
+  done
 fi
 if [[ " $PARTS " == *" bench "* ]]; then
   python -m vllm_hotpaths.cli bench --device all "${only[@]}" --json "$OUT/bench.json" --plot "$OUT/bench.png"
