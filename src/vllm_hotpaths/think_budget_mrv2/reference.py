@@ -108,12 +108,15 @@ class SlotThinkBudget:
             request = self.slots[slot]
             if request.budget is None:
                 continue
-            token = forced_id(self.config, self.sequence(request, input_ids, i, local_pos[i]), request.budget)
+            token = self._forced_id(self.sequence(request, input_ids, i, local_pos[i]), request.budget)
             if token is not None:
                 forced.append((i, token))
         for i, token in forced:
             logits[i, token] = FORCED_LOGIT
         return logits
+
+    def _forced_id(self, tokens: list[int], budget: int) -> int | None:
+        return forced_id(self.config, tokens, budget)
 
     def check(self, logits, rows, local_pos, input_ids):
         """The step's rows, local positions and input ids as lists of ints, or InvalidThinkingInput."""
