@@ -57,21 +57,21 @@ class ThinkSlotProgram:
     def max_drafts(self) -> int:
         return max((len(drafts) for step in OPS.of(self, "step") for _, drafts in step.batch), default=0)
 
-    def streams(self) -> dict[int, list[list[int]]]:
-        """Per request (numbered in admission order): its prompt, its resumed outputs, and every
-        scripted token and draft it is given, in program order (what ledger predicates read;
-        obeying may replace scripted tokens by forced ids)."""
-        found: dict[int, list[list[int]]] = {}
+    def requests(self) -> list[tuple[list[int], list[int], list[int], int | None]]:
+        """Every request in admission order: its prompt, its resumed outputs, its scripted commits
+        in program order (obeying may replace some by forced ids) and its budget: what ledger
+        predicates read."""
+        found: list[tuple[list[int], list[int], list[int], int | None]] = []
         live: dict[int, int] = {}
         for op in self.ops:
             if op[0] == "add":
                 live[op[1]] = len(found)
-                found[len(found)] = [list(op[2]), list(op[3]), []]
+                found.append((list(op[2]), list(op[3]), [], op[4]))
             elif op[0] == "remove":
                 live.pop(op[1], None)
             elif op[0] == "step":
                 for (slot, drafts), tokens in zip(op[1], op[3]):
-                    found[live[slot]][2].extend([*drafts, *tokens])
+                    found[live[slot]][2].extend(tokens)
         return found
 
 
