@@ -361,7 +361,7 @@ LEDGER += [
 
 
 # think_budget_mrv2 (PR #46727): v1's holder against Model Runner V2's ThinkingBudgetState on the
-# same request streams (notes: T1-T7). The predicates read a program's budgeted requests: their
+# same request streams (T1-T7, docs/think_budget_mrv2.md). The predicates read a program's budgeted requests: their
 # prompts, resumed outputs and scripted tokens (`ThinkSlotProgram.requests`).
 MRV2_THINK = "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/sample/thinking_budget.py"
 V1_THINK = "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/sample/thinking_budget_state.py"
