@@ -114,3 +114,31 @@ def test_runner_change_fails_where_no_entry_names_the_difference(monkeypatch):
     request = SimpleNamespace(config=SimpleNamespace(getoption=lambda name: REGRESSIONS), node=SimpleNamespace(nodeid="t"))
     with pytest.raises(AssertionError, match="no runner-change entry names it"):
         runner_change.check_against_v1(hotpath, hotpath.make_checks(), version, "cpu", CaseLog(REGRESSIONS), request)
+
+
+def test_each_think_budget_runner_change_has_its_own_fixture():
+    """Every think_budget_mrv2 runner-change entry links one committed fixture that no other entry
+    covers, and on it v1's holder and vLLM's Model Runner V2 state really differ."""
+    from functools import partial
+
+    from properties import REGRESSIONS
+    from vllm_hotpaths import registry, vllm_env
+    from vllm_hotpaths.testing import fixtures
+    from vllm_hotpaths.testing.cases.think_budget_mrv2 import ThinkSlotProgram, V1OnSlots, assert_same_forcing
+    from vllm_hotpaths.testing.laws import Side
+
+    entries = [e for e in ledger.runner_changes() if e.hotpath == "think_budget_mrv2"]
+    committed = fixtures.load(REGRESSIONS, "think_budget_mrv2", ThinkSlotProgram)
+    version = vllm_env.installed_version()
+    hotpath = registry.get("think_budget_mrv2")
+    runs = version is not None and hotpath.exists_in(version)
+    assert len(entries) == 7
+    for entry in entries:
+        shown = [case for path, case in committed if fixtures.link_of(path) == entry.link]
+        assert len(shown) == 1, entry.label
+        covering = [e.label for e in entries if e.covers("think_budget_mrv2", "0.33.0", shown[0])]
+        assert covering == [entry.label]
+        if runs:
+            v1 = Side("v1", partial(V1OnSlots, v1_version=version, num_spec_tokens=shown[0].max_drafts()), version)
+            with pytest.raises(AssertionError, match="forced logits"):
+                assert_same_forcing(shown[0], v1, Side("mrv2", hotpath.live_factory(), version), "cpu")

@@ -20,6 +20,7 @@ from properties.quality import penalties_mrv2 as penalties_mrv2_mutants
 from properties.quality import recovered_tokens as recovered_tokens_mutants
 from properties.quality import swap_states as swap_states_mutants
 from properties.quality import think_budget as think_budget_mutants
+from properties.quality import think_budget_mrv2 as think_budget_mrv2_mutants
 
 
 def generation_only(tmp_path) -> dict[str, str]:
@@ -142,6 +143,28 @@ def test_penalties_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "penalties_mrv2", mutant)
+
+
+CPU_MRV2_THINK_BUDGET_MUTANTS = sorted(name for name, devices in think_budget_mrv2_mutants.MUTANTS.items()
+                                       if "cpu" in devices.split())
+
+
+@pytest.mark.parametrize("mutant", CPU_MRV2_THINK_BUDGET_MUTANTS)
+def test_think_budget_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
+    """A planted Model Runner V2 thinking-budget reference, checked against the installed vLLM's
+    own MRv2 state in place of the frozen one (its kernels interpreted on the CPU)."""
+    from vllm_hotpaths import registry, vllm_env
+
+    version = vllm_env.installed_version()
+    if version is None or not registry.get("think_budget_mrv2").exists_in(version):
+        pytest.skip(f"vLLM {version} has no Model Runner V2 thinking budget")
+    result = run_cli(
+        "-m", "pytest", "properties/test_conformance.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink",
+        f"--junitxml={tmp_path / 'junit.xml'}", "-k", "think_budget_mrv2 and cpu", "--hypothesis-profile", "ci",
+        "--reference", f"think_budget_mrv2@0.28.0=properties.quality.think_budget_mrv2:{mutant}",
+        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
+    )
+    assert_caught_with_fixture(result, tmp_path, "think_budget_mrv2", mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark (candidate-fixture).

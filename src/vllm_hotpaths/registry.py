@@ -227,6 +227,27 @@ PENALTIES_MRV2_CONTRACT = Contract(
     ),
 )
 
+THINK_BUDGET_MRV2_CONTRACT = Contract(
+    methods=("add_request", "remove_request", "apply", "commit"),
+    doc=(
+        "factory(config: think_budget_mrv2.ThinkSlotsConfig, device) -> object with\n"
+        "  (config: start ids, forced end ids, natural end ids, vocab_size, max_num_reqs,\n"
+        "  max_model_len; budgets are enforced only when all three id lists are non-empty)\n"
+        "  add_request(slot, prompt: list[int], resumed: list[int], budget: int | None)  a request\n"
+        "      enters free slot `slot`; resumed: its outputs from before a preemption; budget:\n"
+        "      its thinking budget (None: none; clamped to 2**31 - 1)\n"
+        "  remove_request(slot)\n"
+        "  apply(logits, rows, local_pos, input_ids) -> logits forced in place (contiguous\n"
+        "      float32 [len(rows), vocab_size]); per logits row: its slot, its place among its\n"
+        "      request's rows (0, then 1, 2, .. for drafts), the token fed there (row j > 0: the\n"
+        "      j-th draft, -1 a placeholder); a forced row gets 1e9 at one id, nothing else changes\n"
+        "  commit(slots, sampled: list[list[int]])  after sampling: each request of the step\n"
+        "      appends its accepted drafts and its recovered or bonus token (vLLM's post_update)\n"
+        "raising think_budget_mrv2.InvalidThinkingInput for marker ids outside the vocabulary,\n"
+        "negative budgets, slots in use or empty, ids or layouts vLLM never hands over."
+    ),
+)
+
 # Model Runner V2 and a thinking budget before 0.28 (read in each version's config and engine).
 THINK_BUDGET_MRV2_BEFORE = (
     ("0.22.0", "Model Runner V2 refuses a thinking budget: an engine with a reasoning config runs on Model "
@@ -328,6 +349,23 @@ HOTPATHS: dict[str, HotPath] = {
         runner="mrv2",
         since="0.22.0",  # the first version checked; 0.16 engines run Model Runner v1
         v1_counterpart="penalties",
+    ),
+    # Model Runner V2's thinking budget (PR #46727): stateless forcing from the last start and
+    # natural end markers of each request's committed tokens plus the row's draft prefix. Its
+    # reference is keyed 0.28.0 (the first release with it) and was checked against 0.33.0.
+    "think_budget_mrv2": HotPath(
+        name="think_budget_mrv2",
+        upstream="vllm.v1.worker.gpu.sample.thinking_budget.ThinkingBudgetState + input_batch.post_update",
+        contract=THINK_BUDGET_MRV2_CONTRACT,
+        references={"0.28.0": "vllm_hotpaths.think_budget_mrv2.reference:SlotThinkBudget"},
+        fast={},
+        live="vllm_hotpaths.testing.live.think_budget_mrv2:live_slot_think_budget",
+        triton=True,
+        checks="vllm_hotpaths.testing.cases.think_budget_mrv2:SlotThinkBudgetChecks",
+        runner="mrv2",
+        since="0.28.0",  # 0.22 and 0.25 Model Runner V2 have no thinking budget
+        before_since=THINK_BUDGET_MRV2_BEFORE,
+        v1_counterpart="think_budget",
     ),
 }
 

@@ -306,8 +306,8 @@ LEDGER += [
 # runner-change law runs the v1 hot path's reference on MRv2's request streams against the live
 # MRv2 code; every difference must be named here, with the device it can show on.
 def _runner_change(hotpath: str, link: str, summary: str, affects: Callable[[object], bool],
-                   devices=("cpu", "cuda"), shows: str | None = None) -> KnownDivergence:
-    return KnownDivergence(hotpath=hotpath, first_version="0.22.0", last_version=None, link=link, summary=summary,
+                   devices=("cpu", "cuda"), shows: str | None = None, first_version: str = "0.22.0") -> KnownDivergence:
+    return KnownDivergence(hotpath=hotpath, first_version=first_version, last_version=None, link=link, summary=summary,
                            affects=affects, required=False, kind="runner-change", shows=shows,
                            devices=tuple(devices))
 
@@ -357,6 +357,114 @@ LEDGER += [
                 "request's seed and position; v1 draws exponential noise from torch generators, so a "
                 "seeded request samples other ids on the other runner",
         affects=lambda case: True),
+]
+
+
+# think_budget_mrv2 (PR #46727): v1's holder against Model Runner V2's ThinkingBudgetState on the
+# same request streams (T1-T7, docs/think_budget_mrv2.md). The predicates read a program's budgeted requests: their
+# prompts, resumed outputs and scripted tokens (`ThinkSlotProgram.requests`).
+MRV2_THINK = "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/sample/thinking_budget.py"
+V1_THINK = "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/sample/thinking_budget_state.py"
+
+
+def _occurrences(tokens: list[int], marker) -> list[int]:
+    n = len(marker)
+    return [i for i in range(len(tokens) - n + 1) if n and tuple(tokens[i:i + n]) == tuple(marker)]
+
+
+def _budgeted(case) -> list[tuple[list[int], list[int], list[int]]]:
+    """(prompt, resumed, scripted) of each request with a thinking budget."""
+    return [(p, r, s) for p, r, s, budget in case.requests() if budget is not None] \
+        if hasattr(case, "requests") else []
+
+
+def _second_start(case) -> bool:
+    return any(len(_occurrences(p + r + s, case.start_ids)) >= 2 for p, r, s in _budgeted(case))
+
+
+def _partial_forced_prefix(case) -> bool:
+    return len(case.end_ids) >= 2 and any(case.end_ids[0] in p + r + s for p, r, s in _budgeted(case))
+
+
+def _multi_token_start_in_prompt(case) -> bool:
+    def in_think(prompt):
+        return max(_occurrences(prompt, case.start_ids), default=-1) > max(_occurrences(prompt, case.end_ids),
+                                                                          default=-1)
+    return len(case.start_ids) >= 2 and any(in_think(p) for p, _, _ in _budgeted(case))
+
+
+def _start_split_at_prompt_end(case) -> bool:
+    start = tuple(case.start_ids)
+    return len(start) >= 2 and any(tuple(p[-k:]) == start[:k] for p, _, _ in _budgeted(case)
+                                   for k in range(1, len(start)))
+
+
+def _end_before_start(case) -> bool:
+    def stale(tokens):
+        ends = _occurrences(tokens, case.end_ids)
+        return bool(ends) and any(s > ends[0] for s in _occurrences(tokens, case.start_ids))
+    return any(stale(p + r + s) for p, r, s in _budgeted(case))
+
+
+def _budgeted_drafts(case) -> bool:
+    if not hasattr(case, "requests"):
+        return False
+    budgets: dict[int, object] = {}
+    for op in case.ops:
+        if op[0] == "add":
+            budgets[op[1]] = op[4]
+        elif op[0] == "step" and any(drafts and budgets.get(slot) is not None for slot, drafts in op[1]):
+            return True
+    return False
+
+
+def _think_change(link: str, summary: str, affects) -> KnownDivergence:
+    return _runner_change("think_budget_mrv2", link, summary, affects, first_version="0.28.0")
+
+
+LEDGER += [
+    _think_change(
+        f"{MRV2_THINK}#L310-L327",
+        summary="T1, forced end string != natural end marker: Model Runner V2 leaves thinking on the "
+                "reasoning parser's natural end marker; v1 only on the forced string (so after a natural "
+                "end v1 still forces, and where the forced string lacks the natural end MRv2 keeps forcing)",
+        affects=lambda case: tuple(case.end_ids) != tuple(case.natural_end_ids)),
+    _think_change(
+        f"{MRV2_THINK}#L337-L364",
+        summary="T2, a partly written forced end string: Model Runner V2 forces the id after the longest "
+                "prefix of the forced string that the sequence ends with, also one the model wrote itself; "
+                "v1 starts the forced string at its first id",
+        affects=_partial_forced_prefix),
+    _think_change(
+        f"{MRV2_THINK}#L290-L308",
+        summary="T3, a second start marker while thinking: Model Runner V2 counts from the last start "
+                "marker; v1 keeps its first anchor (the prompt's start, or the first one found in the "
+                "output) and forces earlier",
+        affects=_second_start),
+    _think_change(
+        f"{V1_THINK}#L201",
+        summary="T4, a multi-token start marker in the prompt: v1 anchors the prompt's thinking at the "
+                "start marker's last id and counts its length again, so it undercounts by |start| - 1 "
+                "and forces later; Model Runner V2 counts from the marker's end",
+        affects=_multi_token_start_in_prompt),
+    _think_change(
+        f"{V1_THINK}#L186-L192",
+        summary="T5, a start marker split across the prompt/output boundary: v1 searches the prompt and "
+                "the outputs apart and never sees it; Model Runner V2 searches them as one sequence",
+        affects=_start_split_at_prompt_end),
+    _think_change(
+        f"{V1_THINK}#L248-L256",
+        summary="T6, an end marker before the start: v1 keeps the first end marker it finds, even one "
+                "before the start, and ignores a later real end (so it forces); Model Runner V2 compares "
+                "the last start with the last end",
+        affects=_end_before_start),
+    _think_change(
+        f"{MRV2_THINK}#L279-L282",
+        summary="T7, speculative decoding: Model Runner V2 decides each logits row from the committed "
+                "tokens plus that row's draft prefix, so every row past the budget is forced and a "
+                "draft that ends thinking stops it; v1 decides once per request from the committed "
+                "outputs and forces one place (force_index) whatever the drafts hold",
+        affects=_budgeted_drafts),
 ]
 
 
