@@ -198,3 +198,15 @@ def test_impl_imports_from_the_folder_it_is_run_in(pytestconfig, tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "1 passed" in result.stdout
+
+
+def test_a_version_before_mrv2s_thinking_budget_says_what_vllm_does_instead():
+    """The skip rows of think_budget_mrv2 name what 0.22 (refused) and 0.25 (warned, requests
+    refused) do with a budget on Model Runner V2."""
+    from vllm_hotpaths import registry
+
+    hotpath = registry.get("think_budget_mrv2")
+    assert not hotpath.exists_in("0.25.9") and hotpath.exists_in("0.28.0")
+    assert "fails at start-up" in hotpath.absence("0.22.0") and "warns" not in hotpath.absence("0.22.0")
+    assert "warns at start-up" in hotpath.absence("0.25.0") and "refuses each request" in hotpath.absence("0.25.0")
+    assert hotpath.absence("0.16.0") == "vLLM 0.16.0 has no think_budget_mrv2 (it is there from 0.28.0)"
