@@ -22,7 +22,7 @@ VOCABS = (1, 2, 3, 5, 8, 17, 64)
 TWO_BLOCKS = 1025  # one case in twenty: the resample's second block
 TEMPERATURES = (0.0, 1.0, 0.7, 1.3, 0.05)
 SEEDS = (0, 1, 7, 2**31 - 1, 2**32, 2**63 - 1, -1, -(2**63))
-TIE = np.float32(2.5)
+TIE = np.float32(24.0)  # above a normal row's maximum: the tied lanes contend for the argmax
 NEAR_TIES = (float(TIE), float(np.nextafter(TIE, np.float32(3))), float(np.nextafter(TIE, np.float32(2))))
 
 
@@ -58,10 +58,23 @@ def rejection_cases(draw) -> RejectionCase:
     draft_logits = draw(st.booleans())
     draft_edits = ()
     if draft_logits:
-        draft_edits = tuple(draw(st.lists(st.tuples(st.integers(0, max_num_reqs * steps - 1), ids,
-                                                    st.sampled_from(SPECIAL_LOGITS + NEAR_TIES)), max_size=3)))
+        draft_edits = list(draw(st.lists(st.tuples(st.integers(0, max_num_reqs * steps - 1), ids,
+                                                   st.sampled_from(SPECIAL_LOGITS + NEAR_TIES)), max_size=3)))
         note("draft logits")
+        drafted = [(first_row(requests, r) + j, slot * steps + j, token)
+                   for r, (slot, drafts, *_) in enumerate(requests) for j, token in enumerate(drafts) if token >= 0]
+        if drafted and draw(st.integers(0, 3)) == 0:
+            # a draft both models rule out (target and draft logit -inf): log p = log q = -inf
+            row, draft_row, token = draw(st.sampled_from(drafted))
+            edits.append((row, token, -np.inf))
+            draft_edits.append((draft_row, token, -np.inf))
+            note("a draft of probability 0")
     if any(-1 in r[1] for r in requests):
         note("a -1 draft")
     return RejectionCase(vocab, steps, max_num_reqs, tuple(requests), draft_logits, draw(st.integers(0, 2**32 - 1)),
-                         draw(st.sampled_from((0.0, 0.0, 0.2))), tuple(edits), draft_edits)
+                         draw(st.sampled_from((0.0, 0.0, 0.2))), tuple(edits), tuple(draft_edits))
+
+
+def first_row(requests, r: int) -> int:
+    """The logits row of request `r`'s first row (each request: one row plus one per draft)."""
+    return sum(1 + len(request[1]) for request in requests[:r])
