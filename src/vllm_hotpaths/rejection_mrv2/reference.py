@@ -270,6 +270,38 @@ def _insert_kernel(sampled_ptr, num_sampled_ptr, block_argmax_ptr, block_max_ptr
     tl.store(sampled_ptr + req * (num_steps + 1) + count, token)
 
 
+@triton.jit
+def _uniforms_kernel(accept_ptr, token_ptr, seed_ptr, pos_ptr, vocab_size, BLOCK: tl.constexpr, V033: tl.constexpr):
+    row = tl.program_id(0)
+    block = tl.program_id(1)
+    seed = tl.load(seed_ptr + row)
+    pos = tl.load(pos_ptr + row)
+    lanes = block * BLOCK + tl.arange(0, BLOCK)
+    if V033:
+        u = _murmur_uniform(seed, pos, lanes)
+    else:
+        u = tl.maximum(tl.rand(tl.randint(seed, pos), lanes), 1.1754943508222875e-38)
+    tl.store(token_ptr + row * vocab_size + lanes, u, mask=lanes < vocab_size)
+    if block == 0:
+        if V033:
+            accept = tl.maximum(tl.rand(seed, pos), 4.6566127342e-10).to(tl.float64)
+        else:
+            accept = _philox_uniform64(seed, pos)
+        tl.store(accept_ptr + row, accept)
+
+
+def uniforms(seed: torch.Tensor, pos: torch.Tensor, vocab_size: int, v033: bool):
+    """The uniforms Model Runner V2 draws for rows with these seeds (int64) and positions (int64):
+    (the acceptance test's, float64 [n]; the Gumbel noise's per token, float32 [n, vocab_size])."""
+    n = seed.shape[0]
+    accept = torch.zeros(n, dtype=torch.float64, device=seed.device)
+    tokens = torch.zeros((n, vocab_size), dtype=torch.float32, device=seed.device)
+    if n:
+        _uniforms_kernel[(n, triton.cdiv(vocab_size, RESAMPLE_BLOCK))](
+            accept, tokens, seed, pos, vocab_size, BLOCK=RESAMPLE_BLOCK, V033=v033)
+    return accept, tokens
+
+
 class RejectionSampler022:
     """vLLM 0.22.0 Model Runner V2 `rejection_sample` (the contract: `rejection_mrv2`)."""
 
