@@ -109,6 +109,9 @@ class V1OnRejection:
         return out
 
     def _accepts(self, target_prob, draft_prob, u) -> bool:
+        if not target_prob.is_cuda:  # IEEE fp32 division, as the interpreted kernel's NumPy
+            ratio = target_prob if draft_prob is None else target_prob / draft_prob
+            return (draft_prob is None or bool(draft_prob > 0)) and float(ratio) >= float(u)
         out = torch.zeros(1, dtype=torch.bool, device=self.device)
         one = lambda value, dtype: value.reshape(1).to(dtype).contiguous()  # noqa: E731
         draft = one(draft_prob, torch.float32) if draft_prob is not None else one(target_prob, torch.float32)
