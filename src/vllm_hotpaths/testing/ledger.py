@@ -302,6 +302,39 @@ LEDGER += [
 ]
 
 
+def _rejection_requests(case, greedy: bool | None = None, drafted: bool = False) -> list[tuple]:
+    """The requests of a rejection_mrv2 case (greedy or random ones; with a valid draft)."""
+    return [r for r in getattr(case, "requests", ())
+            if (greedy is None or (r[2] == 0.0) == greedy) and (not drafted or any(t >= 0 for t in r[1]))]
+
+
+MRV2_REJECTION_033_LINK = ("https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/spec_decode/"
+                           "rejection_sampler_utils.py")
+LEDGER += [
+    _change_in_033(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/51367",
+        summary="the Gumbel noise of a resampled or bonus token comes from a murmur3 hash of (seed, position, "
+                "token), no longer from Philox: a random request samples other ids",
+        affects=lambda case: bool(_rejection_requests(case, greedy=False))),
+    _change_in_033(
+        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L596-L598",
+        summary="the acceptance test's uniform is a fp32 tl.rand floored at 4.66e-10, no longer a fp64 "
+                "Philox draw: a random request's drafts are accepted or rejected on other uniforms",
+        affects=lambda case: bool(_rejection_requests(case, greedy=False, drafted=True))),
+    _change_in_033(
+        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L583-L591",
+        summary="-1 placeholder drafts (drafts of requests still in prefill) are handed over and end "
+                "verification; 0.22 had none, and its reference refuses them",
+        affects=lambda case: any(-1 in r[1] for r in getattr(case, "requests", ())), shows="refused differently"),
+    _change_in_033(
+        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L1065-L1072",
+        summary="a NaN block maximum is mapped to -inf before the argmax over blocks: a greedy request "
+                "with a NaN over more than one 1024-lane block gets another block's argmax",
+        affects=lambda case: getattr(case, "vocab_size", 0) > 1024
+        and any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True))),
+]
+
+
 # What Model Runner V2 changes for the same requests, against v1 (kind "runner-change"). The
 # runner-change law runs the v1 hot path's reference on MRv2's request streams against the live
 # MRv2 code; every difference must be named here, with the device it can show on.
