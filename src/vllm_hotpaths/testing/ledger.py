@@ -462,6 +462,13 @@ LEDGER += [
                 "Gumbel noise (log space, fp32), v1 compares p * (1 / E) (probability space) with the same "
                 "uniforms, so a near-tie can go to different lanes",
         affects=lambda case: _near_gumbel_tie(case)),
+    _runner_change(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+        "rejection_sampler_utils.py#L388-L393",
+        summary="a rejected draft with draft logits, two residual lanes tied within rounding once the noise is "
+                "added: Model Runner V2 scores log p + log(1 - q/p) + Gumbel noise (0.33: log1p), v1 "
+                "max(p - q, 0) * (1 / E), so a near-tie can go to different lanes",
+        affects=lambda case: _near_residual_tie(case)),
 ]
 
 
@@ -497,6 +504,38 @@ def _near_acceptance_threshold(case, tolerance: float = 1e-5) -> bool:
         accept, _ = _row_uniforms(case, [row for row, _ in tested], v033)
         for (row, token), u in zip(tested, accept.tolist()):
             if abs(float(probs[row, token]) - u) <= tolerance * u:
+                return True
+    return False
+
+
+def _near_residual_tie(case, tolerance: float = 1e-6) -> bool:
+    """A random request's drafted row (draft logits, finite logits) whose two best residual
+    log(max(p - q, 0)) + Gumbel noise scores, with either version's noise and draft scaling, are
+    within `tolerance` of each other."""
+    import torch
+
+    if not getattr(case, "draft_logits", False):
+        return False
+    target, draft_logits = case.inputs("cpu")[:2]
+    for r, row, token in _random_rows(case):
+        if token < 0:
+            continue
+        slot, drafts, temperature, *_ = case.requests[r]
+        step = row - sum(1 + len(q[1]) for q in case.requests[:r])
+        logits = target[row].double()
+        if not bool(logits.isfinite().all()):
+            continue
+        p = logits.softmax(-1)
+        for v033 in (False, True):
+            scale = temperature if v033 else 1.0
+            q = (draft_logits[slot, step].double() / scale).softmax(-1)
+            _, u = _row_uniforms(case, [row], v033)
+            u = u[0].double()
+            noise = -torch.log(-torch.log1p(-u)) if v033 else -torch.log(-torch.log(u))
+            scores = torch.log((p - q).clamp(min=0)) + noise
+            top = scores.topk(min(2, scores.numel())).values
+            if top.numel() == 2 and bool(top.isfinite().all()) \
+                    and float((top[0] - top[1]).abs()) <= tolerance * (1 + float(top[0].abs())):
                 return True
     return False
 
