@@ -458,9 +458,10 @@ LEDGER += [
     _runner_change(
         "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L405-L419",
-        summary="two lanes tied within rounding once the noise is added: Model Runner V2 compares logit + "
-                "Gumbel noise (log space, fp32), v1 compares p * (1 / E) (probability space) with the same "
-                "uniforms, so a near-tie can go to different lanes",
+        summary="two lanes tied within rounding once the noise is added (near-equal logits, or logits so large "
+                "that fp32 absorbs the noise): Model Runner V2 compares logit + Gumbel noise (log space, fp32), "
+                "v1 compares p * (1 / E) (probability space) with the same uniforms, so the tie can go to "
+                "different lanes",
         affects=lambda case: _near_gumbel_tie(case)),
     _runner_change(
         "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
@@ -541,12 +542,14 @@ def _near_residual_tie(case, tolerance: float = 1e-6) -> bool:
 
 
 def _near_gumbel_tie(case, tolerance: float = 1e-6) -> bool:
-    """A random request's row (one-hot drafts, finite logits) whose two best logit + Gumbel noise
-    scores, with either version's noise, are within `tolerance` of each other."""
+    """A random request's bonus row, or (one-hot drafts) any of its rows, with finite logits whose
+    two best logit + Gumbel noise scores, with either version's noise, are within `tolerance`
+    (relative) of each other: near-equal logits, or logits so large that fp32 absorbs the noise."""
     import torch
 
-    rows = [row for _, row, _ in _random_rows(case)]
-    if not rows or getattr(case, "draft_logits", True) or case.vocab_size < 2:
+    one_hot = not getattr(case, "draft_logits", True)
+    rows = [row for _, row, token in _random_rows(case) if token < 0 or one_hot]
+    if not rows or case.vocab_size < 2:
         return False
     logits = case.inputs("cpu")[0][rows].double()
     finite = logits.isfinite().all(dim=-1)
