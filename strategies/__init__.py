@@ -7,6 +7,7 @@ from strategies.penalties_mrv2 import commits, penalty_triples, slot_programs
 from strategies.penalties import (decode_runs, id_runs, invalid_id_cases, logit_values, penalties_programs,
                                   poisoned_programs, repair_cases, request_fields, token_ids, transition_programs)
 from strategies.recovered_tokens import classify, corrupted_recovery_cases, recovery_cases, seeded_recovery_cases
+from strategies.rejection_mrv2 import near_tie_edits, rejection_cases
 from strategies.swap_states import add_ops, programs_header
 from strategies.think_budget_mrv2 import marker_triples, think_slot_programs
 from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_budgets, long_outputs, prompts,
@@ -17,6 +18,7 @@ __all__ = [
     "corrupted_recovery_cases", "decode_runs", "id_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
     "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
     "penalty_triples", "commits", "slot_programs",
-    "recovery_cases", "repair_cases", "request_fields", "request_params", "seeded_recovery_cases", "small_counts",
-    "marker_triples", "think_configs", "think_slot_programs", "token_ids", "token_runs", "tokens", "transition_programs",
+    "marker_triples", "near_tie_edits", "recovery_cases", "rejection_cases", "repair_cases", "request_fields",
+    "request_params", "seeded_recovery_cases", "small_counts", "think_configs", "think_slot_programs", "token_ids",
+    "token_runs", "tokens", "transition_programs",
 ]

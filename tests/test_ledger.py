@@ -142,3 +142,38 @@ def test_each_think_budget_runner_change_has_its_own_fixture():
             v1 = Side("v1", partial(V1OnSlots, v1_version=version, num_spec_tokens=shown[0].max_drafts()), version)
             with pytest.raises(AssertionError, match="forced logits"):
                 assert_same_forcing(shown[0], v1, Side("mrv2", hotpath.live_factory(), version), "cpu")
+
+
+def test_rejection_runner_change_names_each_committed_fixture_and_fails_without_its_entry(monkeypatch):
+    """The committed near-tie fixtures of this vLLM version differ between v1's recovered-token
+    reference and Model Runner V2's rejection sampling on the CPU: named by their entry alone, and
+    the runner-change law fails without that entry."""
+    from types import SimpleNamespace
+
+    from properties import REGRESSIONS
+    from vllm_hotpaths import registry, vllm_env
+    from vllm_hotpaths.testing import fixtures, runner_change
+    from vllm_hotpaths.testing.cases.rejection_mrv2 import RejectionCase, assert_same_samples
+    from vllm_hotpaths.testing.laws import CaseLog, Side
+
+    version = vllm_env.installed_version()
+    if version is None:
+        pytest.skip("vLLM is not installed")
+    near_tie = [e for e in ledger.runner_changes(version) if e.link.endswith("rejection_sampler_utils.py#L405-L419")]
+    hotpath = registry.get("rejection_mrv2")
+    checks = hotpath.make_checks()
+    v1, live = checks.v1_counterpart(version), Side("live", hotpath.live_factory(), version)
+    shown = []
+    for path, case in fixtures.load(REGRESSIONS, "rejection_mrv2", RejectionCase):
+        if fixtures.link_of(path) == near_tie[0].link:
+            try:
+                assert_same_samples(case, v1, live, "cpu")
+            except AssertionError as failure:
+                shown.append((case, str(failure)))
+    assert shown  # each version has fixtures that show the near-tie
+    for case, message in shown:
+        assert ledger.explain_runner_change("rejection_mrv2", version, "cpu", case, message) == near_tie
+    monkeypatch.setattr(ledger, "LEDGER", [e for e in ledger.LEDGER if e not in near_tie])
+    request = SimpleNamespace(config=SimpleNamespace(getoption=lambda name: REGRESSIONS), node=SimpleNamespace(nodeid="t"))
+    with pytest.raises(AssertionError, match="no runner-change entry names it"):
+        runner_change.check_against_v1(hotpath, checks, version, "cpu", CaseLog(REGRESSIONS), request)

@@ -18,6 +18,7 @@ from properties.quality import logits_copy as logits_copy_mutants
 from properties.quality import penalties as penalties_mutants
 from properties.quality import penalties_mrv2 as penalties_mrv2_mutants
 from properties.quality import recovered_tokens as recovered_tokens_mutants
+from properties.quality import rejection_mrv2 as rejection_mrv2_mutants
 from properties.quality import swap_states as swap_states_mutants
 from properties.quality import think_budget as think_budget_mutants
 from properties.quality import think_budget_mrv2 as think_budget_mrv2_mutants
@@ -165,6 +166,23 @@ def test_think_budget_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "think_budget_mrv2", mutant)
+
+
+CPU_REJECTION_MRV2_MUTANTS = sorted(name for name, devices in rejection_mrv2_mutants.MUTANTS.items()
+                                    if "cpu" in devices.split())
+
+
+@pytest.mark.parametrize("mutant", CPU_REJECTION_MRV2_MUTANTS)
+def test_rejection_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
+    """A planted Model Runner V2 rejection sampling reference, checked against the installed vLLM's
+    own `rejection_sample` in place of the frozen one (both interpreted on the CPU)."""
+    result = run_cli(
+        "-m", "pytest", "properties/test_conformance.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink",
+        f"--junitxml={tmp_path / 'junit.xml'}", "-k", "rejection_mrv2 and cpu", "--hypothesis-profile", "ci",
+        "--reference", f"rejection_mrv2@0.22.0=properties.quality.rejection_mrv2:{mutant}",
+        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
+    )
+    assert_caught_with_fixture(result, tmp_path, "rejection_mrv2", mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark (candidate-fixture).

@@ -259,6 +259,24 @@ THINK_BUDGET_MRV2_BEFORE = (
                "enforced only on Model Runner v1 (VLLM_USE_V2_MODEL_RUNNER=0), by v1's think_budget"),
 )
 
+REJECTION_MRV2_CONTRACT = Contract(
+    methods=("rejection_sample",),
+    doc=(
+        "factory(device) -> object with\n"
+        "  rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,\n"
+        "                   expanded_idx_mapping, expanded_local_pos, temperature, seed,\n"
+        "                   num_speculative_steps) -> (sampled, num_sampled)\n"
+        "      vLLM's Model Runner V2 rejection_sample (default path), its arguments as upstream's:\n"
+        "      fp32 target logits [num_logits, V], fp32 draft logits [max_num_reqs, steps, V] or\n"
+        "      None (one-hot drafts), draft ids [num_logits] (-1: a placeholder draft, 0.33 on),\n"
+        "      int32 cu_num_logits / idx_mapping / expanded_idx_mapping / expanded_local_pos,\n"
+        "      int64 positions, per-slot fp32 temperatures (0: greedy) and int64 seeds (the noise);\n"
+        "      returns int64 [num_reqs, steps + 1] ids (-1 past each request's count) and int32\n"
+        "      [num_reqs] counts; raises rejection_mrv2.InvalidRejectionInput (a ValueError) for\n"
+        "      shapes, dtypes, devices, ids or layouts vLLM never hands over."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -366,6 +384,22 @@ HOTPATHS: dict[str, HotPath] = {
         since="0.28.0",  # 0.22 and 0.25 Model Runner V2 have no thinking budget
         before_since=THINK_BUDGET_MRV2_BEFORE,
         v1_counterpart="think_budget",
+    ),
+    # Model Runner V2's rejection sampling: accepts drafts and samples one token per request
+    # (Gumbel-max with noise from the request's seed); replaces v1's recovered-token sampling.
+    "rejection_mrv2": HotPath(
+        name="rejection_mrv2",
+        upstream="vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils.rejection_sample",
+        contract=REJECTION_MRV2_CONTRACT,
+        references={"0.22.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler022",
+                    "0.33.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler033"},
+        fast={},
+        live="vllm_hotpaths.testing.live.rejection_mrv2:live_rejection_sampler",
+        triton=True,
+        checks="vllm_hotpaths.testing.cases.rejection_mrv2:RejectionChecks",
+        runner="mrv2",
+        since="0.22.0",  # the first version checked; 0.16 engines run Model Runner v1
+        v1_counterpart="recovered_tokens",
     ),
 }
 

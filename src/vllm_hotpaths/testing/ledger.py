@@ -302,6 +302,39 @@ LEDGER += [
 ]
 
 
+def _rejection_requests(case, greedy: bool | None = None, drafted: bool = False) -> list[tuple]:
+    """The requests of a rejection_mrv2 case (greedy or random ones; with a valid draft)."""
+    return [r for r in getattr(case, "requests", ())
+            if (greedy is None or (r[2] == 0.0) == greedy) and (not drafted or any(t >= 0 for t in r[1]))]
+
+
+MRV2_REJECTION_033_LINK = ("https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/spec_decode/"
+                           "rejection_sampler_utils.py")
+LEDGER += [
+    _change_in_033(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/51367",
+        summary="the Gumbel noise of a resampled or bonus token comes from a murmur3 hash of (seed, position, "
+                "token), no longer from Philox: a random request samples other ids",
+        affects=lambda case: bool(_rejection_requests(case, greedy=False))),
+    _change_in_033(
+        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L596-L598",
+        summary="the acceptance test's uniform is a fp32 tl.rand floored at 4.66e-10, no longer a fp64 "
+                "Philox draw: a random request's drafts are accepted or rejected on other uniforms",
+        affects=lambda case: bool(_rejection_requests(case, greedy=False, drafted=True))),
+    _change_in_033(
+        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L583-L591",
+        summary="-1 placeholder drafts (drafts of requests still in prefill) are handed over and end "
+                "verification; 0.22 had none, and its reference refuses them",
+        affects=lambda case: any(-1 in r[1] for r in getattr(case, "requests", ())), shows="refused differently"),
+    _change_in_033(
+        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L1065-L1072",
+        summary="a NaN block maximum is mapped to -inf before the argmax over blocks: a greedy request "
+                "with a NaN over more than one 1024-lane block gets another block's argmax",
+        affects=lambda case: getattr(case, "vocab_size", 0) > 1024
+        and any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True))),
+]
+
+
 # What Model Runner V2 changes for the same requests, against v1 (kind "runner-change"). The
 # runner-change law runs the v1 hot path's reference on MRv2's request streams against the live
 # MRv2 code; every difference must be named here, with the device it can show on.
@@ -414,6 +447,178 @@ def _budgeted_drafts(case) -> bool:
         if op[0] == "add":
             budgets[op[1]] = op[4]
         elif op[0] == "step" and any(drafts and budgets.get(slot) is not None for slot, drafts in op[1]):
+            return True
+    return False
+
+
+def _request_rows(case, greedy: bool) -> list:
+    """The target logits rows of each greedy (or each random) request of a rejection_mrv2 case."""
+    if not hasattr(case, "requests") or not hasattr(case, "inputs"):
+        return []
+    target, found, start = case.inputs("cpu")[0], [], 0
+    for _, drafts, temperature, *_ in case.requests:
+        if (temperature == 0.0) == greedy:
+            found.append(target[start:start + 1 + len(drafts)])
+        start += 1 + len(drafts)
+    return found
+
+
+def _zero_probability_draft(case) -> bool:
+    """A random request of a rejection_mrv2 case whose draft logits give one of its drafts a
+    probability that is 0 in fp32 (0.33: after the temperature, as Model Runner V2 scales them)."""
+    if not getattr(case, "draft_logits", False):
+        return False
+    draft_logits, steps = case.inputs("cpu")[1], case.num_speculative_steps
+    for slot, drafts, temperature, *_ in case.requests:
+        for j, token in enumerate(drafts):
+            if temperature != 0.0 and token >= 0:
+                for scale in (1.0, temperature):
+                    if float((draft_logits[slot, j] / scale).softmax(-1)[token]) == 0.0:
+                        return True
+    return False
+
+
+def _nan_or_inf(rows) -> bool:
+    return any(bool((r.isnan() | (r == math.inf)).any()) for r in rows)
+
+
+MRV2_GUMBEL = "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/gumbel.py"
+MRV2_REJECTION_033 = ("https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/spec_decode/"
+                      "rejection_sampler_utils.py")
+LEDGER += [
+    _runner_change(
+        "rejection_mrv2", f"{MRV2_GUMBEL}#L133-L138",
+        summary="a NaN or +inf target logit in a random request: Model Runner V2 adds Gumbel noise lane by "
+                "lane and its block max returns the NaN or +inf lane; v1's softmax turns the whole row into "
+                "NaN probabilities, and its argmax returns lane 0 (or the lowest lane of its contest)",
+        affects=lambda case: _nan_or_inf(_request_rows(case, greedy=False))),
+    _runner_change(
+        "rejection_mrv2", f"{MRV2_REJECTION_033}#L1065-L1072",
+        summary="a NaN target logit in a greedy request over more than one 1024-lane block, from 0.33: Model "
+                "Runner V2 maps a NaN block maximum to -inf and returns another block's argmax; v1's "
+                "torch argmax returns the first NaN lane",
+        affects=lambda case: getattr(case, "vocab_size", 0) > 1024
+        and any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True)),
+        first_version="0.33.0"),
+    _runner_change(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+        "rejection_sampler_utils.py#L271-L287",
+        summary="a draft whose draft probability is 0 in fp32 (its log-probability finite): Model Runner V2 "
+                "tests log p > log u + log q in log space and may accept it; v1 requires q > 0 and rejects it",
+        affects=_zero_probability_draft),
+    _runner_change(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+        "rejection_sampler_utils.py#L296-L298",
+        summary="a draft whose target/draft probability ratio is within rounding of the uniform: Model Runner V2 "
+                "accepts on log p > log u + log q (strict, fp32 log-probabilities), v1 on p / q >= u (fp32 "
+                "probabilities): given the same u, one may accept where the other rejects",
+        affects=lambda case: _near_acceptance_threshold(case)),
+    _runner_change(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+        "rejection_sampler_utils.py#L405-L419",
+        summary="two lanes tied within rounding once the noise is added (near-equal logits, or logits so large "
+                "that fp32 absorbs the noise): Model Runner V2 compares logit + Gumbel noise (log space, fp32), "
+                "v1 compares p * (1 / E) (probability space) with the same uniforms, so the tie can go to "
+                "different lanes",
+        affects=lambda case: _near_gumbel_tie(case)),
+    _runner_change(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+        "rejection_sampler_utils.py#L388-L393",
+        summary="a rejected draft with draft logits, two residual lanes tied within rounding once the noise is "
+                "added: Model Runner V2 scores log p + log(1 - q/p) + Gumbel noise (0.33: log1p), v1 "
+                "max(p - q, 0) * (1 / E), so a near-tie can go to different lanes",
+        affects=lambda case: _near_residual_tie(case)),
+]
+
+
+def _row_uniforms(case, rows: list[int], v033: bool):
+    """Model Runner V2's (acceptance, per-token) uniforms at `rows` of a rejection_mrv2 case."""
+    import torch
+
+    from vllm_hotpaths.rejection_mrv2.reference import uniforms
+
+    _, _, _, _, pos, _, row_slots, _, _, seeds, _ = case.inputs("cpu")
+    index = torch.tensor(rows, dtype=torch.int64)
+    return uniforms(seeds[row_slots.long()][index].contiguous(), pos[index].contiguous(), case.vocab_size, v033)
+
+
+def _random_rows(case) -> list[tuple[int, int, int]]:
+    """(request, row, the draft tested at that row or -1 for a bonus row) of each random request."""
+    found, start = [], 0
+    for r, (_, drafts, temperature, *_) in enumerate(getattr(case, "requests", ())):
+        if temperature != 0.0:
+            found += [(r, start + j, drafts[j] if j < len(drafts) else -1) for j in range(1 + len(drafts))]
+        start += 1 + len(drafts)
+    return found
+
+
+def _near_acceptance_threshold(case, tolerance: float = 1e-5) -> bool:
+    """A random request's draft (one-hot) whose fp32 target probability is within `tolerance`
+    (relative) of the acceptance uniform of either version's noise."""
+    tested = [(row, token) for _, row, token in _random_rows(case) if token >= 0]
+    if not tested or getattr(case, "draft_logits", True):
+        return False
+    probs = case.inputs("cpu")[0].softmax(-1)
+    for v033 in (False, True):
+        accept, _ = _row_uniforms(case, [row for row, _ in tested], v033)
+        for (row, token), u in zip(tested, accept.tolist()):
+            if abs(float(probs[row, token]) - u) <= tolerance * u:
+                return True
+    return False
+
+
+def _near_residual_tie(case, tolerance: float = 1e-6) -> bool:
+    """A random request's drafted row (draft logits, finite logits) whose two best residual
+    log(max(p - q, 0)) + Gumbel noise scores, with either version's noise and draft scaling, are
+    within `tolerance` of each other."""
+    import torch
+
+    if not getattr(case, "draft_logits", False):
+        return False
+    target, draft_logits = case.inputs("cpu")[:2]
+    for r, row, token in _random_rows(case):
+        if token < 0:
+            continue
+        slot, drafts, temperature, *_ = case.requests[r]
+        step = row - sum(1 + len(q[1]) for q in case.requests[:r])
+        logits = target[row].double()
+        if not bool(logits.isfinite().all()):
+            continue
+        p = logits.softmax(-1)
+        for v033 in (False, True):
+            scale = temperature if v033 else 1.0
+            q = (draft_logits[slot, step].double() / scale).softmax(-1)
+            _, u = _row_uniforms(case, [row], v033)
+            u = u[0].double()
+            noise = -torch.log(-torch.log1p(-u)) if v033 else -torch.log(-torch.log(u))
+            scores = torch.log((p - q).clamp(min=0)) + noise
+            top = scores.topk(min(2, scores.numel())).values
+            if top.numel() == 2 and bool(top.isfinite().all()) \
+                    and float((top[0] - top[1]).abs()) <= tolerance * (1 + float(top[0].abs())):
+                return True
+    return False
+
+
+def _near_gumbel_tie(case, tolerance: float = 1e-6) -> bool:
+    """A random request's bonus row, or (one-hot drafts) any of its rows, with finite logits whose
+    two best logit + Gumbel noise scores, with either version's noise, are within `tolerance`
+    (relative) of each other: near-equal logits, or logits so large that fp32 absorbs the noise."""
+    import torch
+
+    one_hot = not getattr(case, "draft_logits", True)
+    rows = [row for _, row, token in _random_rows(case) if token < 0 or one_hot]
+    if not rows or case.vocab_size < 2:
+        return False
+    logits = case.inputs("cpu")[0][rows].double()
+    finite = logits.isfinite().all(dim=-1)
+    if not bool(finite.any()):
+        return False
+    for v033 in (False, True):
+        _, u = _row_uniforms(case, rows, v033)
+        u = u.double()
+        noise = -torch.log(-torch.log1p(-u)) if v033 else -torch.log(-torch.log(u))
+        top = (logits + noise)[finite].topk(2, dim=-1).values
+        if bool(((top[:, 0] - top[:, 1]).abs() <= tolerance * (1 + top[:, 0].abs())).any()):
             return True
     return False
 

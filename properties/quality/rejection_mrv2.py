@@ -1,0 +1,76 @@
+"""Deliberately wrong Model Runner V2 rejection sampling references: each must fail conformance.
+
+There is no fast path to plant a bug in, so each is checked in place of the frozen reference:
+`pytest properties/test_conformance.py -k "rejection_mrv2 and cpu"
+--reference rejection_mrv2@0.22.0=properties.quality.rejection_mrv2:NAME`. `tests/test_quality.py`
+runs each on the CPU (kernels interpreted, vLLM 0.22).
+
+A planted bug is the reference's own source with one edit (a Triton kernel cannot be patched from
+outside): the edited module is written once to a temporary file, named by its content, and
+imported from there, so Triton can read its kernels' source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import tempfile
+from pathlib import Path
+
+from vllm_hotpaths.rejection_mrv2 import reference
+
+
+def _planted(name: str, edits: list[tuple[str, str]]):
+    """The 0.22.0 reference class of `reference`'s source with each (old, new) edit made once."""
+    source = inspect.getsource(reference)
+    for old, new in edits:
+        if source.count(old) != 1:
+            raise AssertionError(f"planted bug {name}: {old!r} occurs {source.count(old)} times in the reference")
+        source = source.replace(old, new)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    module_name = f"vllm_hotpaths_planted_rejection_{name}_{digest}"
+    path = Path(tempfile.gettempdir()) / f"{module_name}.py"
+    if not path.exists():
+        staged = path.with_suffix(f".{id(source)}.tmp")
+        staged.write_text(source)
+        staged.replace(path)  # atomic: parallel workers may write the same file
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module.RejectionSampler022
+
+
+# `>=` for `>`: a draft both models give probability 0 (-inf = -inf) is accepted.
+GreaterOrEqual = _planted("GreaterOrEqual", [
+    ("accepted = t_lp > tl.log(u) + d_lp", "accepted = t_lp >= tl.log(u) + d_lp")])
+
+# Verification goes on past a rejection, and the token is resampled at the last rejected row.
+ResampleAtLastRejected = _planted("ResampleAtLastRejected", [
+    ("            going = accepted\n            accepted_count += accepted\n",
+     "            accepted_count = tl.where(accepted, accepted_count + (i == accepted_count), i)\n")])
+
+# Equal maxima go to the higher lane (upstream's block max keeps the lowest).
+TiesToHigherLane = _planted("TiesToHigherLane", [
+    ("        top, lane = tl.max(x, axis=0, return_indices=True)\n",
+     "        top = tl.max(x, axis=0)\n"
+     "        lane = tl.max(tl.where(x == top, tl.arange(0, BLOCK), -1), axis=0)\n"),
+    ("    top, lane = tl.max(residual, axis=0, return_indices=True)\n",
+     "    top = tl.max(residual, axis=0)\n"
+     "    lane = tl.max(tl.where(residual == top, tl.arange(0, BLOCK), -1), axis=0)\n")])
+
+# The Gumbel noise keyed by the next row's position (the wrong counter).
+NoiseAtNextPosition = _planted("NoiseAtNextPosition", [
+    ("        pos = tl.load(pos_ptr + row)\n        if V033:\n            noise",
+     "        pos = tl.load(pos_ptr + row) + 1\n        if V033:\n            noise")])
+
+
+# name -> the devices it shows on (all: reference version 0.22.0, law conformance)
+MUTANTS = {
+    "GreaterOrEqual": "cpu cuda",
+    "ResampleAtLastRejected": "cpu cuda",
+    "TiesToHigherLane": "cpu cuda",
+    "NoiseAtNextPosition": "cpu cuda",
+}

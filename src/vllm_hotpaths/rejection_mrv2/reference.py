@@ -1,0 +1,364 @@
+"""Frozen references of Model Runner V2's rejection sampling, vLLM 0.22.0 and 0.33.0 (the
+contract: `rejection_mrv2`; the semantics: this package's docstring).
+
+Four Triton kernels with upstream's phases, block sizes and lane arithmetic, so that on CUDA
+Triton compiles the same arithmetic (its `log`/`exp` approximations, fused multiply-adds, block
+reductions, lowest-lane ties) and in the interpreter NumPy runs the same operations:
+
+1. per logits row and 8192-lane block: the target max and sum of exponentials (greedy: max and
+   argmax), and the draft's (0.33: draft logits divided by the temperature);
+2. per request: the acceptance test row by row (0.22: a fp64 Philox uniform; 0.33: a fp32 one
+   floored at 4.66e-10; a -1 draft ends a random request's verification);
+3. per request and 1024-lane block: the Gumbel-max of the resampled row's residual (0.22: Philox
+   noise keyed by `randint(seed, pos)` and the token; 0.33: a murmur3 hash of (seed, pos, token));
+4. per request: the argmax over the blocks' maxima (0.33 first maps a NaN maximum to -inf).
+
+0.33's residual with draft logits uses libdevice `log1p`, which Triton's interpreter does not
+provide (upstream's own kernel fails there too): on CPU that case raises
+`InterpreterLacksLog1p`, and the checks leave it to CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from vllm_hotpaths.rejection_mrv2 import InvalidRejectionInput, check_inputs, fill_tail
+
+STATS_BLOCK = 8192
+RESAMPLE_BLOCK = 1024
+
+
+class InterpreterLacksLog1p(InvalidRejectionInput):
+    """0.33's residual with draft logits on CPU: Triton's interpreter has no libdevice log1p."""
+
+
+@triton.jit
+def _max_and_sumexp(x):
+    top = tl.max(x, axis=0)
+    return top, tl.where(top > float("-inf"), tl.sum(tl.exp(x - top)), 0.0)
+
+
+@triton.jit
+def _logsumexp(max_ptr, sumexp_ptr, row, num_blocks, PADDED_BLOCKS: tl.constexpr):
+    blocks = tl.arange(0, PADDED_BLOCKS)
+    inside = blocks < num_blocks
+    maxes = tl.load(max_ptr + row * num_blocks + blocks, mask=inside, other=float("-inf"))
+    sums = tl.load(sumexp_ptr + row * num_blocks + blocks, mask=inside, other=0.0)
+    top = tl.max(maxes, axis=0)
+    return top + tl.log(tl.sum(sums * tl.exp(maxes - top)))
+
+
+@triton.jit
+def _stats_kernel(t_argmax_ptr, t_max_ptr, t_sumexp_ptr, d_max_ptr, d_sumexp_ptr, target_ptr, draft_ptr,
+                  row_slot_ptr, row_step_ptr, row_skip_ptr, temp_ptr, vocab_size, num_steps, num_blocks,
+                  BLOCK: tl.constexpr, HAS_DRAFT: tl.constexpr, DRAFT_OVER_TEMP: tl.constexpr):
+    row = tl.program_id(0)
+    if tl.load(row_skip_ptr + row) != 0:  # a bonus row: nothing reads its statistics
+        return
+    slot = tl.load(row_slot_ptr + row).to(tl.int64)
+    step = tl.load(row_step_ptr + row).to(tl.int64)
+    temp = tl.load(temp_ptr + slot).to(tl.float32)
+    block = tl.program_id(1)
+    lanes = block * BLOCK + tl.arange(0, BLOCK)
+    inside = lanes < vocab_size
+    x = tl.load(target_ptr + row * vocab_size + lanes, mask=inside, other=float("-inf")).to(tl.float32)
+    out = row * num_blocks + block
+    if temp == 0.0:
+        top, lane = tl.max(x, axis=0, return_indices=True)
+        tl.store(t_argmax_ptr + out, block * BLOCK + lane)
+        tl.store(t_max_ptr + out, top)
+    else:
+        top, total = _max_and_sumexp(x)
+        tl.store(t_max_ptr + out, top)
+        tl.store(t_sumexp_ptr + out, total)
+        if HAS_DRAFT:
+            d = tl.load(draft_ptr + (slot * num_steps + step) * vocab_size + lanes, mask=inside,
+                        other=float("-inf")).to(tl.float32)
+            if DRAFT_OVER_TEMP:
+                d = d / temp
+            top, total = _max_and_sumexp(d)
+            tl.store(d_max_ptr + out, top)
+            tl.store(d_sumexp_ptr + out, total)
+
+
+@triton.jit
+def _global_argmax(max_ptr, argmax_ptr, row, num_blocks, PADDED_BLOCKS: tl.constexpr, NAN_TO_NEG_INF: tl.constexpr):
+    blocks = tl.arange(0, PADDED_BLOCKS)
+    maxes = tl.load(max_ptr + row * num_blocks + blocks, mask=blocks < num_blocks, other=float("-inf"))
+    if NAN_TO_NEG_INF:
+        maxes = tl.where(maxes != maxes, float("-inf"), maxes)
+    return tl.load(argmax_ptr + row * num_blocks + tl.argmax(maxes, axis=0)).to(tl.int64)
+
+
+@triton.jit
+def _philox_uniform64(seed, offset):
+    # 64 random bits from one Philox round, scaled by 2**-64, floored at fp64's tiniest normal.
+    lo, hi, _, _ = tl.randint4x(seed, offset)
+    bits = (hi.to(tl.uint32, bitcast=True).to(tl.uint64) << 32) | lo.to(tl.uint32, bitcast=True).to(tl.uint64)
+    return tl.maximum(bits.to(tl.float64) * 5.421010862427522170037e-20, 2.2250738585072014e-308)
+
+
+@triton.jit
+def _reject_kernel(sampled_ptr, num_sampled_ptr, t_lse_out_ptr, d_lse_out_ptr, target_ptr, t_argmax_ptr,
+                   t_max_ptr, t_sumexp_ptr, ids_ptr, draft_ptr, d_max_ptr, d_sumexp_ptr, cu_ptr, slots_ptr,
+                   temp_ptr, seed_ptr, pos_ptr, vocab_size, num_steps, num_blocks,
+                   PADDED_BLOCKS: tl.constexpr, HAS_DRAFT: tl.constexpr, V033: tl.constexpr):
+    req = tl.program_id(0)
+    slot = tl.load(slots_ptr + req).to(tl.int64)
+    start = tl.load(cu_ptr + req).to(tl.int64)
+    num_drafts = tl.load(cu_ptr + req + 1) - start - 1
+    seed = tl.load(seed_ptr + slot)
+    temp = tl.load(temp_ptr + slot).to(tl.float32)
+    greedy = temp == 0.0
+    width = num_steps + 1
+    accepted_count = tl.zeros((), tl.int64)
+    target_lse = 0.0
+    draft_lse = 0.0
+    going = True
+    for i in range(num_drafts):
+        row = start + i
+        draft = tl.load(ids_ptr + row + 1).to(tl.int64)
+        valid = draft >= 0
+        draft = tl.maximum(draft, 0)
+        if V033 and not greedy:
+            going &= valid  # a -1 draft ends a random request's verification
+        if going:
+            accepted = False
+            best = tl.zeros((), tl.int64)
+            if greedy:
+                best = _global_argmax(t_max_ptr, t_argmax_ptr, row, num_blocks, PADDED_BLOCKS, V033)
+                accepted = (best == draft) & valid
+            else:
+                t_logit = tl.load(target_ptr + row * vocab_size + draft).to(tl.float32)
+                target_lse = _logsumexp(t_max_ptr, t_sumexp_ptr, row, num_blocks, PADDED_BLOCKS)
+                t_lp = t_logit - target_lse
+                pos = tl.load(pos_ptr + row)
+                if V033:
+                    u = tl.maximum(tl.rand(seed, pos), 4.6566127342e-10)
+                    d_lp = 0.0
+                else:
+                    u = _philox_uniform64(seed, pos)
+                    d_lp = 0
+                if HAS_DRAFT:
+                    d_logit = tl.load(draft_ptr + (slot * num_steps + i) * vocab_size + draft).to(tl.float32)
+                    if V033:
+                        d_logit = d_logit / temp
+                    draft_lse = _logsumexp(d_max_ptr, d_sumexp_ptr, row, num_blocks, PADDED_BLOCKS)
+                    d_lp = d_logit - draft_lse
+                accepted = t_lp > tl.log(u) + d_lp  # strict, in log space
+            going = accepted
+            accepted_count += accepted
+            tl.store(sampled_ptr + req * width + i, best if greedy and not accepted else draft)
+    tl.store(num_sampled_ptr + req, accepted_count.to(tl.int32))
+    tl.store(t_lse_out_ptr + req, target_lse)
+    tl.store(d_lse_out_ptr + req, draft_lse)
+
+
+@triton.jit
+def _rotl32(x, r: tl.constexpr):
+    return (x << r) | (x >> (32 - r))
+
+
+@triton.jit
+def _murmur_round(h, k):
+    k = _rotl32(k * 0xCC9E2D51, 15) * 0x1B873593
+    return _rotl32(h ^ k, 13) * 5 + 0xE6546B64
+
+
+@triton.jit
+def _murmur_uniform(seed, pos, token):
+    # MurmurHash3 (x86, 32-bit) of the words seed.lo, seed.hi, pos.lo, token: 16 bytes, seed 0.
+    seed = seed.to(tl.int64)
+    pos = pos.to(tl.int64)
+    h = (seed ^ seed).to(tl.uint32)
+    h = _murmur_round(h, (seed & 0xFFFFFFFF).to(tl.uint32))
+    h = _murmur_round(h, ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32))
+    h = _murmur_round(h, (pos & 0xFFFFFFFF).to(tl.uint32))
+    h = _murmur_round(h, token.to(tl.uint32))
+    h = h ^ 16
+    h = (h ^ (h >> 16)) * 0x85EBCA6B
+    h = (h ^ (h >> 13)) * 0xC2B2AE35
+    h = h ^ (h >> 16)
+    # Two exact 16-bit halves: (h + 0.5) * 2**-32 rounded once, in the arithmetic upstream writes.
+    return ((h >> 16).to(tl.int32).to(tl.float32) * 1.52587890625e-05
+            + ((h & 0xFFFF).to(tl.int32).to(tl.float32) + 0.5) * 2.3283064365386963e-10)
+
+
+@triton.jit
+def _log1p_of_negative(v):
+    # log(1 - v): a degree-8 series below 0.25 (Horner, as upstream writes it), else log directly.
+    s = 1.0 / 8.0
+    s = 1.0 / 7.0 + v * s
+    s = 1.0 / 6.0 + v * s
+    s = 1.0 / 5.0 + v * s
+    s = 1.0 / 4.0 + v * s
+    s = 1.0 / 3.0 + v * s
+    s = 1.0 / 2.0 + v * s
+    s = 1.0 + v * s
+    return tl.where(v < 0.25, -v * s, tl.log(tl.maximum(1.0 - v, 5.960464477539063e-08)))
+
+
+@triton.jit
+def _resample_kernel(block_argmax_ptr, block_max_ptr, target_ptr, t_lse_ptr, draft_ptr, d_lse_ptr,
+                     num_sampled_ptr, cu_ptr, row_slot_ptr, ids_ptr, temp_ptr, seed_ptr, pos_ptr,
+                     vocab_size, num_steps, num_blocks,
+                     BLOCK: tl.constexpr, HAS_DRAFT: tl.constexpr, V033: tl.constexpr):
+    req = tl.program_id(0)
+    step = tl.load(num_sampled_ptr + req).to(tl.int64)
+    start = tl.load(cu_ptr + req).to(tl.int64)
+    end = tl.load(cu_ptr + req + 1)
+    row = start + step
+    slot = tl.load(row_slot_ptr + row).to(tl.int64)
+    temp = tl.load(temp_ptr + slot).to(tl.float32)
+    bonus = row == end - 1
+    if temp == 0.0 and not bonus:
+        return  # a greedy request's rejection already stored the target argmax
+    block = tl.program_id(1)
+    lanes = block * BLOCK + tl.arange(0, BLOCK)
+    inside = lanes < vocab_size
+    x = tl.load(target_ptr + row * vocab_size + lanes, mask=inside, other=float("-inf")).to(tl.float32)
+    if V033:
+        rejected = tl.load(ids_ptr + row + 1, mask=not bonus, other=0)
+        plain = bonus or rejected < 0
+    else:
+        plain = bonus
+    if plain:
+        residual = x
+    elif HAS_DRAFT:
+        d = tl.load(draft_ptr + (slot * num_steps + step) * vocab_size + lanes, mask=inside,
+                    other=float("-inf")).to(tl.float32)
+        if V033:
+            d = d / temp
+        t_lp = x - tl.load(t_lse_ptr + req)
+        ratio = tl.exp(d - tl.load(d_lse_ptr + req) - t_lp)
+        if V033:
+            gap = tl.extra.cuda.libdevice.log1p(-ratio)
+        else:
+            gap = tl.log(1 - ratio)
+        residual = tl.where(ratio < 1.0, t_lp + gap, float("-inf")).to(tl.float32)
+    else:
+        residual = tl.where(lanes != tl.load(ids_ptr + row + 1), x, float("-inf")).to(tl.float32)
+    if temp != 0.0:
+        seed = tl.load(seed_ptr + slot)
+        pos = tl.load(pos_ptr + row)
+        if V033:
+            noise = -tl.log(-_log1p_of_negative(_murmur_uniform(seed, pos, lanes)))
+        else:
+            u = tl.maximum(tl.rand(tl.randint(seed, pos), lanes), 1.1754943508222875e-38)
+            noise = -tl.log(-tl.log(u))
+        residual = tl.where(inside, residual + noise, float("-inf"))
+    top, lane = tl.max(residual, axis=0, return_indices=True)
+    tl.store(block_argmax_ptr + req * num_blocks + block, block * BLOCK + lane)
+    tl.store(block_max_ptr + req * num_blocks + block, top)
+
+
+@triton.jit
+def _insert_kernel(sampled_ptr, num_sampled_ptr, block_argmax_ptr, block_max_ptr, cu_ptr, row_slot_ptr, temp_ptr,
+                   num_steps, num_blocks, PADDED_BLOCKS: tl.constexpr, V033: tl.constexpr):
+    req = tl.program_id(0)
+    count = tl.load(num_sampled_ptr + req)
+    start = tl.load(cu_ptr + req)
+    row = start + count
+    slot = tl.load(row_slot_ptr + row)
+    tl.store(num_sampled_ptr + req, count + 1)
+    temp = tl.load(temp_ptr + slot).to(tl.float32)
+    if temp == 0.0 and not row == tl.load(cu_ptr + req + 1) - 1:
+        return
+    token = _global_argmax(block_max_ptr, block_argmax_ptr, req, num_blocks, PADDED_BLOCKS, V033)
+    tl.store(sampled_ptr + req * (num_steps + 1) + count, token)
+
+
+@triton.jit
+def _uniforms_kernel(accept_ptr, token_ptr, seed_ptr, pos_ptr, vocab_size, BLOCK: tl.constexpr, V033: tl.constexpr):
+    row = tl.program_id(0)
+    block = tl.program_id(1)
+    seed = tl.load(seed_ptr + row)
+    pos = tl.load(pos_ptr + row)
+    lanes = block * BLOCK + tl.arange(0, BLOCK)
+    if V033:
+        u = _murmur_uniform(seed, pos, lanes)
+    else:
+        u = tl.maximum(tl.rand(tl.randint(seed, pos), lanes), 1.1754943508222875e-38)
+    tl.store(token_ptr + row * vocab_size + lanes, u, mask=lanes < vocab_size)
+    if block == 0:
+        if V033:
+            accept = tl.maximum(tl.rand(seed, pos), 4.6566127342e-10).to(tl.float64)
+        else:
+            accept = _philox_uniform64(seed, pos)
+        tl.store(accept_ptr + row, accept)
+
+
+def uniforms(seed: torch.Tensor, pos: torch.Tensor, vocab_size: int, v033: bool):
+    """The uniforms Model Runner V2 draws for rows with these seeds (int64) and positions (int64):
+    (the acceptance test's, float64 [n]; the Gumbel noise's per token, float32 [n, vocab_size])."""
+    n = seed.shape[0]
+    accept = torch.zeros(n, dtype=torch.float64, device=seed.device)
+    tokens = torch.zeros((n, vocab_size), dtype=torch.float32, device=seed.device)
+    if n:
+        _uniforms_kernel[(n, triton.cdiv(vocab_size, RESAMPLE_BLOCK))](
+            accept, tokens, seed, pos, vocab_size, BLOCK=RESAMPLE_BLOCK, V033=v033)
+    return accept, tokens
+
+
+class RejectionSampler022:
+    """vLLM 0.22.0 Model Runner V2 `rejection_sample` (the contract: `rejection_mrv2`)."""
+
+    V033 = False
+
+    def __init__(self, device="cpu") -> None:
+        self.device = torch.device(device)
+
+    def rejection_sample(self, target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                         expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps):
+        check_inputs(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                     expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
+                     placeholders=self.V033)
+        if target_logits.device.type != self.device.type:
+            raise InvalidRejectionInput(f"inputs are on {target_logits.device}, the sampler on {self.device}")
+        has_draft = draft_logits is not None
+        if self.V033 and has_draft and target_logits.device.type == "cpu":
+            raise InterpreterLacksLog1p("vLLM 0.33's residual with draft logits uses libdevice log1p, which "
+                                        "Triton's interpreter lacks: it runs on CUDA only")
+        return self._run(target_logits, draft_logits if has_draft else target_logits, has_draft, draft_sampled,
+                         cu_num_logits, pos, idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
+                         seed, num_speculative_steps)
+
+    def _run(self, target, draft, has_draft, ids, cu, pos, slots, row_slot, row_step, temp, seed, steps):
+        num_logits, vocab = target.shape
+        num_reqs = cu.shape[0] - 1
+        dev = target.device
+        last_rows = torch.zeros(num_logits, dtype=torch.int8, device=dev)
+        last_rows[cu[1:].long() - 1] = 1  # each request's bonus row
+        stats_blocks = triton.cdiv(vocab, STATS_BLOCK)
+        f32 = dict(dtype=torch.float32, device=dev)
+        t_argmax = torch.zeros((num_logits, stats_blocks), dtype=torch.int64, device=dev)
+        t_max, t_sum, d_max, d_sum = (torch.zeros((num_logits, stats_blocks), **f32) for _ in range(4))
+        _stats_kernel[(num_logits, stats_blocks)](
+            t_argmax, t_max, t_sum, d_max, d_sum, target, draft, row_slot, row_step, last_rows, temp, vocab, steps,
+            stats_blocks, BLOCK=STATS_BLOCK, HAS_DRAFT=has_draft, DRAFT_OVER_TEMP=self.V033)
+        sampled = torch.full((num_reqs, steps + 1), -1, dtype=torch.int64, device=dev)
+        num_sampled = torch.zeros(num_reqs, dtype=torch.int32, device=dev)
+        t_lse, d_lse = torch.zeros(num_reqs, **f32), torch.zeros(num_reqs, **f32)
+        padded = triton.next_power_of_2(stats_blocks)
+        _reject_kernel[(num_reqs,)](
+            sampled, num_sampled, t_lse, d_lse, target, t_argmax, t_max, t_sum, ids, draft, d_max, d_sum, cu, slots,
+            temp, seed, pos, vocab, steps, stats_blocks, PADDED_BLOCKS=padded, HAS_DRAFT=has_draft, V033=self.V033,
+            num_warps=1)
+        blocks = triton.cdiv(vocab, RESAMPLE_BLOCK)
+        block_argmax = torch.zeros((num_reqs, blocks), dtype=torch.int64, device=dev)
+        block_max = torch.zeros((num_reqs, blocks), **f32)
+        _resample_kernel[(num_reqs, blocks)](
+            block_argmax, block_max, target, t_lse, draft, d_lse, num_sampled, cu, row_slot, ids, temp, seed, pos,
+            vocab, steps, blocks, BLOCK=RESAMPLE_BLOCK, HAS_DRAFT=has_draft, V033=self.V033)
+        _insert_kernel[(num_reqs,)](sampled, num_sampled, block_argmax, block_max, cu, row_slot, temp, steps, blocks,
+                                    PADDED_BLOCKS=triton.next_power_of_2(blocks), V033=self.V033)
+        return fill_tail(sampled, num_sampled), num_sampled
+
+
+class RejectionSampler033(RejectionSampler022):
+    """vLLM 0.33.0 Model Runner V2 `rejection_sample`: -1 placeholder drafts, a fp32 acceptance
+    uniform, murmur3 Gumbel noise, draft logits divided by the temperature, log1p residual."""
+
+    V033 = True
