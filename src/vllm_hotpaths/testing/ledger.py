@@ -12,6 +12,7 @@ the two may differ, and the property reports when they did.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -537,9 +538,14 @@ def _row_uniforms(case, rows: list[int], v033: bool):
 
     from vllm_hotpaths.rejection_mrv2.reference import uniforms
 
-    _, _, _, _, pos, _, row_slots, _, _, seeds, _ = case.inputs("cpu")
-    index = torch.tensor(rows, dtype=torch.int64)
-    return uniforms(seeds[row_slots.long()][index].contiguous(), pos[index].contiguous(), case.vocab_size, v033)
+    # Triton sees CPU tensors only in its interpreter: a process that compiles it (a CUDA run)
+    # draws the same integer-hashed uniforms on the GPU.
+    compiled = os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+    _, _, _, _, pos, _, row_slots, _, _, seeds, _ = case.inputs("cuda" if compiled else "cpu")
+    index = torch.tensor(rows, dtype=torch.int64, device=pos.device)
+    accept, tokens = uniforms(seeds[row_slots.long()][index].contiguous(), pos[index].contiguous(),
+                              case.vocab_size, v033)
+    return accept.cpu(), tokens.cpu()
 
 
 def _random_rows(case) -> list[tuple[int, int, int]]:
