@@ -503,6 +503,15 @@ LEDGER += [
         first_version="0.33.0"),
     _runner_change(
         "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+        "rejection_sampler_utils.py#L97-L108",
+        summary="a NaN target logit in a greedy request, on CUDA: Model Runner V2's compiled block max with "
+                "indices passes over NaN lanes and returns another lane (on the H100: the largest finite one, "
+                "and with every lane NaN the first lane past the vocabulary, an id outside it); v1's torch "
+                "argmax returns the first NaN lane",
+        affects=lambda case: any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True)),
+        devices=("cuda",)),
+    _runner_change(
+        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L271-L287",
         summary="a draft whose draft probability is 0 in fp32 (its log-probability finite): Model Runner V2 "
                 "tests log p > log u + log q in log space and may accept it; v1 requires q > 0 and rejects it",
