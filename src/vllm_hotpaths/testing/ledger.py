@@ -615,9 +615,10 @@ def _near_residual_tie(case, tolerance: float = 1e-6) -> bool:
 
 
 def _near_gumbel_tie(case, tolerance: float = 1e-6) -> bool:
-    """A random request's bonus row, or (one-hot drafts) any of its rows, with finite logits whose
-    two best logit + Gumbel noise scores, with either version's noise, are within `tolerance`
-    (relative) of each other: near-equal logits, or logits so large that fp32 absorbs the noise."""
+    """A random request's bonus row, or (one-hot drafts) any of its rows, without NaN or +inf
+    logits (those are the NaN/+inf entry's; -inf lanes are masked tokens), whose two best
+    logit + Gumbel noise scores, with either version's noise, are within `tolerance` (relative)
+    of each other: near-equal logits, or logits so large that fp32 absorbs the noise."""
     import torch
 
     one_hot = not getattr(case, "draft_logits", True)
@@ -625,7 +626,7 @@ def _near_gumbel_tie(case, tolerance: float = 1e-6) -> bool:
     if not rows or case.vocab_size < 2:
         return False
     logits = case.inputs("cpu")[0][rows].double()
-    finite = logits.isfinite().all(dim=-1)
+    finite = ~(logits.isnan() | (logits == math.inf)).any(dim=-1)
     if not bool(finite.any()):
         return False
     for v033 in (False, True):
