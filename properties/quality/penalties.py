@@ -46,8 +46,8 @@ class _StorageBuilder(ReferencePenalties):
 
     def output_tokens(self, rows):
         b = self.batch
-        live = b.req_output_token_ids
-        if b is None or len(rows) > len(live) or any(r is not row for r, row in zip(rows, live)):
+        if b is None or len(rows) > len(b.req_output_token_ids) or any(
+                r is not row for r, row in zip(rows, b.req_output_token_ids)):
             return super().output_tokens(rows)
         width = max(map(len, rows), default=0)
         out = np.full((len(rows), width), self.vocab_size, dtype=np.int64)
