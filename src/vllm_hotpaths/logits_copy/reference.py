@@ -37,6 +37,7 @@ import triton.language as tl
 
 from vllm_hotpaths.logits_copy import InvalidSamplingInput, ReasoningMarkers, RequestParams
 from vllm_hotpaths.penalties_mrv2.reference import penalize_rows_
+from vllm_hotpaths.think_budget_mrv2.reference import forced_end_id
 
 BLOCK = 1024
 
@@ -268,15 +269,6 @@ class Sampler022:
         return out.scatter_(dim=-1, index=order, src=ordered)
 
 
-def last_match(tokens: list[int], marker: tuple[int, ...]) -> int:
-    """Start of the last occurrence of `marker` in `tokens`, or -1."""
-    n = len(marker)
-    for start in range(len(tokens) - n, -1, -1):
-        if tuple(tokens[start:start + n]) == marker:
-            return start
-    return -1
-
-
 class Sampler033(Sampler022):
     """vLLM 0.33.0's `apply_sampling_params(..., skip_top_k_top_p=True)`, the call its
     `Sampler.sample` makes, always processing (0.33.0's own early return is the rule the fast
@@ -316,14 +308,10 @@ class Sampler033(Sampler022):
             if budget is None:
                 continue
             tokens = r.prompt + r.output + self._drafts_before(input_ids, i - local_pos[i], i)
-            start = last_match(tokens, markers.start)
-            if start < 0 or start <= last_match(tokens, markers.natural_end):
-                continue  # not inside reasoning
-            if len(tokens) - (start + len(markers.start)) < budget:
-                continue
-            done = max((k for k in range(1, min(len(markers.end) - 1, len(tokens)) + 1)
-                        if tuple(tokens[-k:]) == markers.end[:k]), default=0)
-            out[i, markers.end[done]] = self.FORCED_LOGIT
+            forced = forced_end_id(tokens, tuple(markers.start), tuple(markers.end), tuple(markers.natural_end),
+                                   budget)
+            if forced is not None:
+                out[i, forced] = self.FORCED_LOGIT
 
     def _top_k_top_p(self, out, reqs, rows):
         return out

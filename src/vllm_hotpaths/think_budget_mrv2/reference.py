@@ -32,16 +32,22 @@ def forced_prefix(tokens: list[int], end: tuple[int, ...]) -> int:
                default=0)
 
 
-def forced_id(config: ThinkSlotsConfig, tokens: list[int], budget: int) -> int | None:
+def forced_end_id(tokens: list[int], start_ids: tuple[int, ...], end_ids: tuple[int, ...],
+                  natural_end_ids: tuple[int, ...], budget: int) -> int | None:
     """The end id a row with this sequence (committed tokens, then its draft prefix) is forced
     to, or None: inside a think block (the last start after the last natural end) whose thinking
-    since the start has reached the budget."""
-    start = last_match(tokens, config.start_ids)
-    if start < 0 or start <= last_match(tokens, config.natural_end_ids):
+    since the start has reached the budget. Model Runner V2's sampler applies the same decision
+    (the `logits_copy` reference calls this)."""
+    start = last_match(tokens, start_ids)
+    if start < 0 or start <= last_match(tokens, natural_end_ids):
         return None
-    if len(tokens) - (start + len(config.start_ids)) < budget:
+    if len(tokens) - (start + len(start_ids)) < budget:
         return None
-    return config.end_ids[forced_prefix(tokens, config.end_ids)]
+    return end_ids[forced_prefix(tokens, end_ids)]
+
+
+def forced_id(config: ThinkSlotsConfig, tokens: list[int], budget: int) -> int | None:
+    return forced_end_id(tokens, config.start_ids, config.end_ids, config.natural_end_ids, budget)
 
 
 @dataclass
