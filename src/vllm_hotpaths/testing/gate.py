@@ -15,7 +15,7 @@ merges the rows that run writes.
 With `record`, every hot path whose checks all held (conformance included; skips only for a
 device that is not there) is written to the plugin's validated file for this vLLM version, and a
 hot path that failed loses its entry for it. `in_environment` runs the gate for another vLLM
-version, in its own environment made from the recipe in `ci/`.
+release, in its own environment made from that release's metadata (testing.releases).
 """
 
 from __future__ import annotations
@@ -360,21 +360,17 @@ def record(rows: list[Row], version: str, profile: str, path: Path, environment:
 
 
 def in_environment(version: str, options: GateOptions) -> int:
-    """Run the same gate in `.venvs/vllm-<version>` (made or reused by ci/install.sh from
-    ci/vllm-<version>-cpu.txt), with --require-vllm."""
-    root = options.root
-    recipes = sorted(p.name[len("vllm-"):-len("-cpu.txt")] for p in (root / "ci").glob("vllm-*-cpu.txt"))
-    if version not in recipes:
-        print(f"gate: no recipe ci/vllm-{version}-cpu.txt (recipes: {', '.join(recipes)})")
+    """Run the same gate in `.venvs/vllm-<version>` (made or reused from the release's own
+    metadata: testing.releases), with --require-vllm."""
+    from vllm_hotpaths.testing import releases
+
+    try:
+        python = releases.environment(version, options.root, log=lambda line: print(line, flush=True))
+    except releases.ReleaseError as err:
+        print(f"gate: {err}", flush=True)
         return 2
-    venv = root / ".venvs" / f"vllm-{version}"
-    print(f"gate: environment {venv} for vLLM {version}", flush=True)
-    env = dict(os.environ, VENV=str(venv), VLLM_VERSION=version)
-    if subprocess.run(["bash", str(root / "ci" / "install.sh")], cwd=root, env=env).returncode:
-        print(f"gate: installing vLLM {version} into {venv} failed")
-        return 2
-    cmd = [str(venv / "bin" / "python"), "-m", "vllm_hotpaths.cli", "gate", *options.cli_args(), "--require-vllm"]
-    return subprocess.run(cmd, cwd=root).returncode
+    cmd = [str(python), "-m", "vllm_hotpaths.cli", "gate", *options.cli_args(), "--require-vllm"]
+    return subprocess.run(cmd, cwd=options.root).returncode
 
 
 def interrupted(signum, frame):
