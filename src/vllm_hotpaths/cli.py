@@ -1,4 +1,4 @@
-"""Command line: `vllm-hotpaths gate`, `vllm-hotpaths bench` and `vllm-hotpaths e2e`."""
+"""Command line: `vllm-hotpaths gate`, `matrix`, `bench`, `e2e`, `contracts` and `results`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def _gate(args) -> int:
         workers=args.workers, fixture_dir=Path(args.fixture_dir).resolve() if args.fixture_dir else None,
         hotpaths=args.hotpath or [], record=args.record,
         junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip,
-        seed=args.seed, timeout=args.timeout, runner=args.runner)
+        seed=args.seed, timeout=args.timeout, runner=args.runner,
+        trace_dir=Path(args.trace_vllm).resolve() if args.trace_vllm else None)
     if options.impls and options.fixture_dir is None:  # a candidate's failures stay out of the checkout
         options.fixture_dir = options.report_dir / "fixtures"
     problems = options.problems()
@@ -160,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
                       help="where failures write fixtures (default: properties/regressions; with "
                            "--impl, REPORT_DIR/fixtures)")
     gate.add_argument("--vllm", metavar="X.Y.Z",
-                      help="gate this vLLM version in its own environment .venvs/vllm-X.Y.Z "
-                           "(made from ci/vllm-X.Y.Z-cpu.txt); default: the installed vLLM")
+                      help="gate this vLLM release (0.16.0 or later) in its own environment .venvs/vllm-X.Y.Z, "
+                           "made once from the release's own metadata; default: the installed vLLM")
+    gate.add_argument("--trace-vllm", metavar="DIR",
+                      help="note into DIR the vLLM functions each hot path's properties run (the matrix's "
+                           "fingerprints)")
     gate.add_argument("--suite", metavar="DIR",
                       help="the checkout holding properties/ (default: the source tree vllm-hotpaths "
                            "was installed from)")
@@ -185,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     contracts = sub.add_parser("contracts", help="print each hot path's --impl contract (from the registry)")
     contracts.add_argument("--write", metavar="PAGE", help="replace the contracts block of this Markdown page")
     contracts.set_defaults(func=_contracts)
+    from vllm_hotpaths.testing import matrix as matrix_module
+
+    matrix = sub.add_parser("matrix", help="the gate over many vLLM releases, sharing the verdicts of releases "
+                            "that run the same vLLM code; writes OUT/matrix.md", formatter_class=defaults)
+    matrix_module.add_arguments(matrix)
+    matrix.set_defaults(func=matrix_module.run)
     results = sub.add_parser("results", help="write Markdown pages of results from gate reports and bench JSON")
     results.add_argument("--gate-report", action="append", default=[], metavar="JSON", help="a gate-report.json")
     results.add_argument("--bench", action="append", default=[], metavar="JSON", help="a `bench --json` file")

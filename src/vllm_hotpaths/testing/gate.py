@@ -203,6 +203,7 @@ class GateOptions:
     seed: int | None = None  # Hypothesis' seed (the gate draws one when None)
     timeout: float | None = None  # seconds per property (None: by profile)
     runner: str = "all"  # only the hot paths this model runner calls (v1, mrv2, all)
+    trace_dir: Path | None = None  # note the vLLM functions each hot path runs (testing.fingerprint)
 
     def selected_hotpaths(self) -> list[str]:
         """The hot paths to check: --hotpath (default all), those of --runner only."""
@@ -249,6 +250,7 @@ class GateOptions:
         args += [a for impl in self.impls for a in ("--impl", impl)]
         args += ["-n", self.workers] if self.workers else []
         args += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
+        args += ["-p", "vllm_hotpaths.testing.fingerprint", "--trace-vllm", str(self.trace_dir)] if self.trace_dir else []
         if self.junit_xml:
             xml = self.junit_xml.with_name(f"{self.junit_xml.stem}-interpreted.xml") if interpreted else self.junit_xml
             args.append(f"--junitxml={xml}")
@@ -268,6 +270,7 @@ class GateOptions:
         out += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
         out += ["--seed", str(self.seed)] if self.seed is not None else []
         out += ["--timeout", f"{self.timeout:g}"] if self.timeout is not None else []
+        out += ["--trace-vllm", str(self.trace_dir)] if self.trace_dir else []
         return out
 
     def replay_command(self, nodeid: str) -> str:

@@ -1,0 +1,288 @@
+"""What a hot path's checks run of vLLM, and whether another release has the same code there.
+
+Tracing (`--trace-vllm DIR`, a pytest plugin: `-p vllm_hotpaths.testing.fingerprint`): while a
+property of a hot path runs, every vLLM function that starts is noted by file and qualified name
+(`v1/sample/ops/penalties.py`, `apply_all_penalties`); Triton kernels run interpreted on CPU, so
+they are noted too. Each process writes its notes to DIR; `traced(DIR)` merges them.
+
+Calls made while a module is imported are left out: they run once, whatever the inputs, and what
+they bind is covered where a noted function reads it.
+
+Fingerprint: the source of the noted functions in a release's files, and what they depend on
+there: the non-method statements of their classes, and the module-level statements that bind the
+global names they read (followed into the vLLM module a name is imported from; a class read by
+name contributes its non-method statements, such as a dataclass's fields). Compared as syntax trees without docstrings, so formatting, comments and
+line numbers do not count. The same inputs through the same code give the same results, so a
+release whose fingerprint over another release's traced functions equals that release's shares its
+verdict (the matrix says so in the cell); any difference in that code, or a function missing,
+gives another fingerprint and a run of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+Traced = dict[str, list[tuple[str, str]]]  # hot path -> sorted (file under vllm/, qualified name)
+_CO_NEWLOCALS = 0x0002  # a function's frame (not a module's or a class body's)
+
+
+# -- tracing ---------------------------------------------------------------------------------
+
+def pytest_addoption(parser):
+    parser.getgroup("vllm-hotpaths").addoption(
+        "--trace-vllm", metavar="DIR", help="note the vLLM functions each hot path's properties run, into DIR")
+
+
+class Tracer:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.found: dict[str, set[tuple[str, str]]] = {}
+        self.seen: dict[object, tuple[str, str] | None] = {}
+        self.current: set[tuple[str, str]] | None = None
+        self.vllm_dir: str | None = None
+
+    def _note(self, frame, event, arg):
+        code = frame.f_code
+        if code not in self.seen:
+            name = code.co_filename
+            self.seen[code] = (_key(name, self.vllm_dir, code)
+                               if name.startswith(self.vllm_dir) and code.co_flags & _CO_NEWLOCALS else None)
+        key = self.seen[code]
+        if key is not None and self.current is not None and key not in self.current and not _importing(frame):
+            self.current.add(key)
+        return None  # no line events
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        marker = item.get_closest_marker("hotpath")
+        if marker is None or self._vllm() is None:
+            return (yield)
+        self.current = self.found.setdefault(marker.args[0], set())
+        sys.settrace(self._note)
+        threading.settrace(self._note)
+        try:
+            return (yield)
+        finally:
+            sys.settrace(None)
+            threading.settrace(None)
+            self.current = None
+
+    def _vllm(self) -> str | None:
+        """The installed vLLM package's folder (found without importing it), or None."""
+        if self.vllm_dir is None:
+            import importlib.util
+
+            spec = importlib.util.find_spec("vllm")
+            self.vllm_dir = str(Path(spec.origin).parent) + os.sep if spec and spec.origin else ""
+        return self.vllm_dir or None
+
+    def pytest_sessionfinish(self, session):
+        worker = getattr(session.config, "workerinput", {}).get("workerid", "main")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"traced-{worker}-{os.getpid()}.json").write_text(
+            json.dumps({h: sorted(found) for h, found in self.found.items()}, indent=0) + "\n")
+
+
+def _importing(frame) -> bool:
+    """Whether this call runs a module's import (its code runs once, whatever the inputs)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _key(filename: str, vllm_dir: str, code) -> tuple[str, str]:
+    """(file under vllm/, qualified name); a lambda at module level (an entry of envs.py's table)
+    is named by its syntax tree, `<lambda>@digest`, since it has no name of its own."""
+    relpath = os.path.relpath(filename, vllm_dir)
+    if code.co_qualname == "<lambda>":
+        tree = _module(Path(filename))
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Lambda) and node.lineno == code.co_firstlineno:
+                return relpath, f"<lambda>@{_digest([ast.dump(node)])}"
+    return relpath, code.co_qualname
+
+
+def pytest_configure(config):
+    folder = config.getoption("trace_vllm", None)
+    if folder and not config.pluginmanager.has_plugin("trace-vllm"):
+        config.pluginmanager.register(Tracer(Path(folder)), "trace-vllm")
+
+
+def traced(folder: Path) -> Traced:
+    """The noted functions of every process that wrote into `folder`, merged per hot path."""
+    merged: dict[str, set[tuple[str, str]]] = {}
+    for path in sorted(folder.glob("traced-*.json")):
+        for hotpath, found in json.loads(path.read_text()).items():
+            merged.setdefault(hotpath, set()).update((f, q) for f, q in found)
+    return {h: sorted(found) for h, found in sorted(merged.items())}
+
+
+# -- fingerprints ----------------------------------------------------------------------------
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def _dump(node: ast.AST) -> str:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        node = type(node)(**{**{f: getattr(node, f) for f in node._fields}, "body": _without_docstring(node.body)})
+    return ast.dump(node)
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@lru_cache(maxsize=None)
+def _module(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+
+def _defs(body: list[ast.stmt], name: str) -> list[ast.AST]:
+    """Every definition of `name` in a block, including those under if/try at that level."""
+    found = []
+    for stmt in body:
+        if isinstance(stmt, _DEFS) and stmt.name == name:
+            found.append(stmt)
+        elif isinstance(stmt, (ast.If, ast.Try)):
+            for block in (stmt.body, stmt.orelse, getattr(stmt, "finalbody", []),
+                          *[h.body for h in getattr(stmt, "handlers", [])]):
+                found += _defs(block, name)
+    return found
+
+
+def _lookup(tree: ast.Module, qualname: str) -> tuple[list[ast.AST], list[ast.ClassDef]]:
+    """(definitions, enclosing classes) of a qualified name; a name inside a function (`<locals>`,
+    `<lambda>`, a comprehension) stands for the function that holds it."""
+    parts = []
+    for part in qualname.split("."):
+        if part.startswith("<"):
+            break
+        parts.append(part)
+    nodes: list[ast.AST] = [tree]
+    classes: list[ast.ClassDef] = []
+    for part in parts:
+        found = [d for node in nodes for d in _defs(node.body, part)]
+        if not found:
+            return [], classes
+        classes += [n for n in nodes if isinstance(n, ast.ClassDef)]
+        nodes = found
+    return ([] if nodes == [tree] else nodes), classes
+
+
+def _class_statements(node: ast.ClassDef) -> list[str]:
+    head = ast.dump(ast.ClassDef(name=node.name, bases=node.bases, keywords=node.keywords, body=[],
+                                 decorator_list=node.decorator_list))
+    return [head] + [_dump(s) for s in _without_docstring(node.body) if not isinstance(s, _DEFS)]
+
+
+def _digest(texts: list[str]) -> str:
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+
+
+def _read_names(nodes: list[ast.AST]) -> set[str]:
+    """Names a definition reads that it does not bind itself: globals of its module."""
+    read, bound = set(), set()
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                (read if isinstance(sub.ctx, ast.Load) else bound).add(sub.id)
+            elif isinstance(sub, ast.arg):
+                bound.add(sub.arg)
+    return read - bound
+
+def _module_file(vllm_root: Path, module: str) -> Path | None:
+    if module != "vllm" and not module.startswith("vllm."):
+        return None
+    base = vllm_root.parent / Path(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _binding(vllm_root: Path, module: str, name: str, depth: int = 3) -> list[str]:
+    """What binds global `name` in vLLM module `module`: its assignment (with the if/try around
+    it), its class's non-method statements, or, for a name imported from another vLLM module, the
+    same there. Functions are left out: a function that runs is traced itself."""
+    path = _module_file(vllm_root, module)
+    tree = _module(path) if path else None
+    if tree is None:
+        return []
+    found = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+            found += _class_statements(stmt)
+        elif isinstance(stmt, ast.ImportFrom):
+            for alias in stmt.names:
+                if (alias.asname or alias.name) == name and depth > 0:
+                    found += _binding(vllm_root, _absolute(module, stmt, path), alias.name, depth - 1)
+        elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Import)) and any(
+                isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+                for n in ast.walk(stmt)):
+            found.append(_dump(stmt))
+    return found
+
+
+def _absolute(module: str, stmt: ast.ImportFrom, path: Path) -> str:
+    if not stmt.level:
+        return stmt.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    package = package[: len(package) - (stmt.level - 1)]
+    return ".".join(package + ([stmt.module] if stmt.module else []))
+
+
+def parts(vllm_root: Path, functions: list[tuple[str, str]]) -> dict[str, str]:
+    """Each traced function's digest in this release (its definition, its classes' non-method
+    statements, the module-level bindings of the globals it reads), or "missing"."""
+    out: dict[str, str] = {}
+    for relpath, qualname in functions:
+        path = vllm_root / relpath
+        tree = _module(path)
+        key = f"{relpath}:{qualname}"
+        if tree is None:
+            out[key] = "missing"
+            continue
+        if qualname.startswith("<lambda>@"):
+            lambdas = {_digest([ast.dump(n)]) for n in ast.walk(tree) if isinstance(n, ast.Lambda)}
+            out[key] = "present" if qualname.partition("@")[2] in lambdas else "missing"
+            continue
+        nodes, classes = _lookup(tree, qualname)
+        if not nodes:  # other code at module level: the whole module stands for it
+            out[key] = _digest([_dump(s) for s in tree.body]) if qualname.startswith("<") else "missing"
+            continue
+        module = "vllm." + relpath.removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__")
+        texts = [_dump(n) for n in nodes] + [t for c in classes for t in _class_statements(c)]
+        for name in sorted(_read_names(nodes)):
+            texts += [f"{name}: {t}" for t in _binding(vllm_root, module, name)]
+        out[key] = _digest(texts)
+    return out
+
+
+def fingerprint(vllm_root: Path, functions: list[tuple[str, str]]) -> str:
+    """One digest over `parts`: equal for two releases exactly when every part is equal."""
+    return hashlib.sha256(json.dumps(parts(vllm_root, functions), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def vllm_root_of(python: str | Path) -> Path:
+    """The folder of the `vllm` package that an environment's python imports."""
+    import subprocess
+
+    code = "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('vllm').origin))"
+    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip())

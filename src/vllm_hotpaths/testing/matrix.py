@@ -1,0 +1,284 @@
+"""`vllm-hotpaths matrix`: the gate over many vLLM releases, and the page of what holds where.
+
+Each release gets its environment (testing.releases) and, per hot path, either a verdict of its
+own (the gate in that environment, tracing the vLLM functions each hot path runs) or the verdict
+of an earlier release it provably shares: same suite segment (no version that this suite's own
+code names lies between them, so the same references, ledger entries and version branches apply)
+and the same fingerprint (testing.fingerprint) of the functions that release's run traced.
+
+Each release's result is written to `<out>/matrix/vllm-X.Y.Z.json` as soon as it is known, so an
+interrupted matrix keeps what finished and a later run with the same suite commit and profile
+takes it up; `<out>/matrix.md` is written from those files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from vllm_hotpaths import registry
+from vllm_hotpaths.registry import version_key
+from vllm_hotpaths.testing import fingerprint, releases, runner_choice
+
+STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
+
+
+def suite_boundaries(root: Path) -> list[str]:
+    """Every vLLM version this suite's own code names (reference keys, ledger ranges, version
+    branches in adapters and cases): where its checks may change from one release to the next."""
+    found = set()
+    for folder in ("src/vllm_hotpaths", "properties", "strategies"):
+        for path in (root / folder).rglob("*.py"):
+            found.update(re.findall(r"""["'](\d+\.\d+\.\d+)["']""", path.read_text()))
+    first = version_key(releases.FIRST_RELEASE)
+    return sorted((v for v in found if version_key(v) >= first), key=version_key)
+
+
+def segment(version: str, boundaries: list[str]) -> str:
+    """The first boundary at or below `version`: releases in one segment are checked alike."""
+    below = [b for b in boundaries if version_key(b) <= version_key(version)]
+    return below[-1] if below else releases.FIRST_RELEASE
+
+
+def hotpath_status(rows: list[dict]) -> str:
+    statuses = {r["status"] for r in rows}
+    return next((s for s in STATUS_ORDER if s in statuses), "skip")
+
+
+def commit_of(root: Path) -> str | None:
+    done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+class Matrix:
+    def __init__(self, root: Path, out: Path, profile: str, hotpaths: list[str], workers: str | None,
+                 seed: int | None, log=print) -> None:
+        self.root, self.out, self.profile, self.hotpaths = root, out, profile, hotpaths
+        self.workers, self.seed, self.log = workers, seed, log
+        self.store = out / "matrix"
+        self.commit = commit_of(root)
+        self.boundaries = suite_boundaries(root)
+        self.lock = threading.Lock()
+
+    def path(self, version: str) -> Path:
+        return self.store / f"vllm-{version}.json"
+
+    def done(self, version: str) -> dict | None:
+        """A finished result of this release by this commit and profile (resume), or None."""
+        path = self.path(version)
+        if not path.exists():
+            return None
+        result = json.loads(path.read_text())
+        same = result.get("commit") == self.commit and result.get("profile") == self.profile
+        return result if same and set(self.hotpaths) <= set(result["hotpaths"]) else None
+
+    def anchors(self, hotpath: str, before: str) -> list[dict]:
+        """Results of earlier releases whose hot path ran a gate of its own."""
+        found = []
+        for path in sorted(self.store.glob("vllm-*.json")):
+            result = json.loads(path.read_text())
+            cell = result["hotpaths"].get(hotpath)
+            if (cell and cell.get("shared_with") is None and result.get("commit") == self.commit
+                    and result.get("profile") == self.profile
+                    and version_key(result["version"]) < version_key(before)):
+                found.append(result)
+        return sorted(found, key=lambda r: version_key(r["version"]))
+
+    def release(self, version: str) -> dict:
+        previous = self.done(version)
+        if previous is not None:
+            self.log(f"matrix: vLLM {version}: kept from an earlier run of this commit ({self.path(version)})")
+            return previous
+        started = time.monotonic()
+        python = releases.environment(version, self.root, log=self.log)
+        vllm_root = fingerprint.vllm_root_of(python)
+        here = segment(version, self.boundaries)
+        cells, to_run = {}, []
+        with self.lock:  # anchors are read while other releases may be writing theirs
+            for name in self.hotpaths:
+                shared = self._shared(name, version, here, vllm_root)
+                if shared is None:
+                    to_run.append(name)
+                else:
+                    cells[name] = shared
+        report = None
+        if to_run:
+            report, traced = self._gate(version, python, to_run)
+            for name in to_run:
+                rows = [r for r in report["results"] if r["hotpath"] == name]
+                functions = [tuple(f) for f in traced.get(name, [])]
+                cells[name] = {
+                    "status": hotpath_status(rows) if rows else "fail",
+                    "excused": sorted({link for r in rows for link in r["excused"]}),
+                    "skip_reasons": sorted({x for r in rows for x in r["skip_reasons"]}),
+                    "fixtures": sorted({r["fixture"] for r in rows if r["fixture"]}),
+                    "rows": len(rows), "shared_with": None, "segment": here,
+                    "traced": functions, "fingerprint": fingerprint.fingerprint(vllm_root, functions)}
+        choice = report["runner_choice"] if report else runner_choice.choices(str(python))
+        result = {"version": version, "commit": self.commit, "profile": self.profile,
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "duration_s": round(time.monotonic() - started, 1), "segment": here,
+                  "seed": report["seed"] if report else None, "verdict": report["verdict"] if report else None,
+                  "runner_choice": choice, "hotpaths": cells}
+        with self.lock:
+            self.store.mkdir(parents=True, exist_ok=True)
+            self.path(version).write_text(json.dumps(result, indent=1) + "\n")
+        ran = ", ".join(to_run) or "nothing (every hot path shared)"
+        self.log(f"matrix: vLLM {version} done in {result['duration_s']:.0f} s; gated {ran}")
+        return result
+
+    def _shared(self, name: str, version: str, here: str, vllm_root: Path) -> dict | None:
+        for anchor in reversed(self.anchors(name, version)):
+            cell = anchor["hotpaths"][name]
+            if cell["segment"] != here:
+                continue
+            functions = [tuple(f) for f in cell["traced"]]
+            if fingerprint.fingerprint(vllm_root, functions) == cell["fingerprint"]:
+                return {**{k: cell[k] for k in ("status", "excused", "skip_reasons", "fixtures")},
+                        "shared_with": anchor["version"], "segment": here, "fingerprint": cell["fingerprint"]}
+        return None
+
+    def _gate(self, version: str, python: Path, hotpaths: list[str]) -> tuple[dict, dict]:
+        report_dir = self.store / f"gate-vllm-{version}"
+        with tempfile.TemporaryDirectory() as trace:
+            cmd = [str(python), "-m", "vllm_hotpaths.cli", "gate", "--require-vllm", "--profile", self.profile,
+                   "--suite", str(self.root), "--report-dir", str(report_dir), "--trace-vllm", trace,
+                   "--fixture-dir", str(report_dir / "fixtures")]
+            cmd += [a for name in hotpaths for a in ("--hotpath", name)]
+            cmd += ["-n", self.workers] if self.workers else []
+            cmd += ["--seed", str(self.seed)] if self.seed is not None else []
+            self.log(f"matrix: vLLM {version}: gate of {', '.join(hotpaths)}: {' '.join(cmd)}")
+            report_dir.mkdir(parents=True, exist_ok=True)
+            output = report_dir / "gate.log"  # (not committed: .gitignore)
+            with open(output, "w") as log:
+                subprocess.run(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT)
+            report_file = report_dir / "gate-report.json"
+            if not report_file.exists():
+                raise releases.ReleaseError(f"the gate of vLLM {version} wrote no report (its output: {output})")
+            return json.loads(report_file.read_text()), fingerprint.traced(Path(trace))
+
+
+def parse_releases(spec: list[str], index: list[str]) -> list[str]:
+    """`0.16.0..0.33.0` (a range of the index's releases, ends included), single versions, or
+    nothing (every gateable release)."""
+    ok = releases.gateable(index)
+    if not spec:
+        return ok
+    chosen = []
+    for item in spec:
+        if ".." in item:
+            low, _, high = item.partition("..")
+            low = releases.check_release(low, index) if low else ok[0]
+            high = releases.check_release(high, index) if high else ok[-1]
+            chosen += [v for v in ok if version_key(low) <= version_key(v) <= version_key(high)]
+        else:
+            chosen.append(releases.check_release(item, index))
+    return sorted(set(chosen), key=version_key)
+
+
+def run(args) -> int:
+    """The `matrix` command."""
+    from vllm_hotpaths.testing import suite
+
+    root = suite.root(args.suite)
+    out = Path(args.out).resolve()
+    try:
+        chosen = parse_releases(args.releases, releases.index_releases())
+    except releases.ReleaseError as err:
+        print(f"matrix: {err}", file=sys.stderr)
+        return 2
+    hotpaths = args.hotpath or list(registry.HOTPATHS)
+    matrix = Matrix(root, out, args.profile, hotpaths, args.workers, args.seed,
+                    log=lambda line: print(line, flush=True))
+    print(f"vllm-hotpaths matrix: {len(chosen)} releases ({releases.span(chosen)}), profile {args.profile}, "
+          f"{args.jobs} at a time; suite {root}; results in {matrix.store}", flush=True)
+    started, finished, problems = time.monotonic(), [], []
+    releases.make_base(root, root / ".venvs" / "base")
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for version, future in [(v, pool.submit(matrix.release, v)) for v in chosen]:
+                try:
+                    finished.append(future.result())
+                except releases.ReleaseError as err:
+                    problems.append(f"vLLM {version}: {err}")
+                    print(f"matrix: vLLM {version}: {err}", flush=True)
+    except KeyboardInterrupt:
+        problems.append("interrupted: the releases that finished keep their results; run the same command "
+                        "again to go on")
+        print(f"matrix: {problems[-1]}", flush=True)
+    page = write_page(matrix, chosen, time.monotonic() - started, problems, " ".join(sys.argv[1:]))
+    print(f"matrix: {len(finished)} of {len(chosen)} releases done; page {page}")
+    failing = [r["version"] for r in finished if any(c["status"] == "fail" for c in r["hotpaths"].values())]
+    if failing:
+        print(f"matrix: a hot path fails on {', '.join(failing)}")
+    return 1 if failing or problems else 0
+
+
+def cell_text(cell: dict | None) -> str:
+    if cell is None:
+        return "not run"
+    text = cell["status"]
+    if cell.get("shared_with"):
+        text += f" (= {cell['shared_with']}, {cell['fingerprint']})"
+    if cell["status"] == "expected-divergence":
+        text += " " + " ".join(f"[{i + 1}]({link})" for i, link in enumerate(cell["excused"]))
+    if cell["status"] == "skip" and cell.get("skip_reasons"):
+        text += f": {cell['skip_reasons'][0][:160]}"
+    return text.replace("|", "/")
+
+
+def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: list[str], command: str) -> Path:
+    results = {v: json.loads(matrix.path(v).read_text()) for v in chosen if matrix.path(v).exists()}
+    lines = ["# Release matrix", "",
+             f"Command: `vllm-hotpaths {command}`; suite commit {matrix.commit}; profile {matrix.profile}; "
+             f"{len(results)} of {len(chosen)} releases; this run took {duration:.0f} s.", ""]
+    lines += [f"- {p}" for p in problems] + ([""] if problems else [])
+    lines += ["A cell is the hot path's verdict on that release (every check and device of its gate rows): "
+              "`pass`, `expected-divergence` (the ledger entries that named the differences), `fail`, or "
+              "`skip` (what vLLM does there). `(= X, fingerprint)`: the release runs the same vLLM code for "
+              "that hot path as release X, in the same suite segment, so X's verdict stands for it.", ""]
+    for runner in ("v1", "mrv2"):
+        names = [n for n in matrix.hotpaths if registry.get(n).runner == runner]
+        if not names:
+            continue
+        lines += [f"## Model Runner {'v1' if runner == 'v1' else 'V2'}", "",
+                  "| release | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for version in chosen:
+            cells = results.get(version, {}).get("hotpaths", {})
+            lines.append(f"| {version} | " + " | ".join(cell_text(cells.get(n)) for n in names) + " |")
+        lines.append("")
+    lines += ["## The runner vLLM picks", "", "| release | " + " | ".join(runner_choice.CONFIGURATIONS) + " |",
+              "|---|" + "---|" * len(runner_choice.CONFIGURATIONS)]
+    for version, result in results.items():
+        answers = {a["configuration"]: a["runner"] or f"not decided ({a.get('error', '')[:60]})"
+                   for a in result["runner_choice"]}
+        lines.append(f"| {version} | " + " | ".join(answers.get(c, answers.get("all", "?"))
+                                                    for c in runner_choice.CONFIGURATIONS) + " |")
+    matrix.out.mkdir(parents=True, exist_ok=True)
+    page = matrix.out / "matrix.md"
+    page.write_text("\n".join(lines) + "\n")
+    return page
+
+
+def add_arguments(parser) -> None:
+    from vllm_hotpaths.testing.gate import PROFILES
+
+    parser.add_argument("releases", nargs="*", metavar="RELEASES",
+                        help="X.Y.Z or A..B (ends included); default: every release from "
+                             f"{releases.FIRST_RELEASE} on the package index")
+    parser.add_argument("--profile", default="ci", choices=PROFILES, help="Hypothesis profile of each gate")
+    parser.add_argument("--hotpath", action="append", choices=sorted(registry.HOTPATHS),
+                        help="only this hot path (repeatable; default: all)")
+    parser.add_argument("-n", "--workers", default=None, help="pytest-xdist workers of each gate")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="releases checked at a time")
+    parser.add_argument("--seed", type=int, default=None, help="Hypothesis' seed for every gate")
+    parser.add_argument("--out", default="docs/results", help="the page's folder; results go to OUT/matrix/")
+    parser.add_argument("--suite", metavar="DIR", help="the checkout holding properties/")

@@ -1,0 +1,61 @@
+"""The release matrix: which releases, which share a verdict, and an interrupted run."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_hotpaths.testing import matrix, releases
+
+INDEX = ["0.15.1", "0.16.0", "0.17.0", "0.22.0", "0.22.1", "0.23.0", "0.33.0"]
+
+
+def test_ranges_and_single_releases_are_read_from_the_index():
+    assert matrix.parse_releases([], INDEX) == INDEX[1:]
+    assert matrix.parse_releases(["0.17.0..0.22.1"], INDEX) == ["0.17.0", "0.22.0", "0.22.1"]
+    assert matrix.parse_releases(["0.33.0", "..0.16.0"], INDEX) == ["0.16.0", "0.33.0"]
+    with pytest.raises(releases.ReleaseError, match="older than 0.16.0"):
+        matrix.parse_releases(["0.15.1..0.22.0"], INDEX)
+
+
+def test_the_suite_segments_releases_where_its_own_code_names_a_version(pytestconfig):
+    boundaries = matrix.suite_boundaries(pytestconfig.rootpath)
+    assert {"0.16.0", "0.22.0", "0.28.0", "0.33.0"} <= set(boundaries)
+    assert matrix.segment("0.22.1", boundaries) == matrix.segment("0.22.0", boundaries) == "0.22.0"
+    assert matrix.segment("0.17.1", boundaries) == "0.16.0"
+    assert matrix.segment("0.33.0", boundaries) == "0.33.0"
+
+
+def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp_path, pytestconfig, capsys):
+    def release(self, version):
+        if version == "0.22.1":
+            raise KeyboardInterrupt
+        result = {"version": version, "commit": self.commit, "profile": self.profile, "runner_choice": [],
+                  "hotpaths": {"penalties": {"status": "pass", "excused": [], "skip_reasons": [], "fixtures": [],
+                                             "shared_with": None, "segment": "0.22.0", "fingerprint": "f"}}}
+        self.store.mkdir(parents=True, exist_ok=True)
+        self.path(version).write_text(json.dumps(result))
+        return result
+
+    monkeypatch.setattr(matrix.Matrix, "release", release)
+    monkeypatch.setattr(releases, "index_releases", lambda: INDEX)
+    monkeypatch.setattr(releases, "make_base", lambda root, base, log=print: None)
+    from vllm_hotpaths import cli
+
+    code = cli.main(["matrix", "0.22.0..0.22.1", "--hotpath", "penalties", "--out", str(tmp_path),
+                     "--suite", str(pytestconfig.rootpath)])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "interrupted: the releases that finished keep their results" in out
+    assert (tmp_path / "matrix" / "vllm-0.22.0.json").exists()
+    assert not (tmp_path / "matrix" / "vllm-0.22.1.json").exists()
+    page = (tmp_path / "matrix.md").read_text()
+    assert "| 0.22.0 | pass |" in page and "| 0.22.1 | not run |" in page and "1 of 2 releases" in page
+
+
+def test_a_matrix_of_a_version_that_is_not_a_release_says_so(monkeypatch, capsys, pytestconfig):
+    monkeypatch.setattr(releases, "index_releases", lambda: INDEX)
+    from vllm_hotpaths import cli
+
+    assert cli.main(["matrix", "0.20.0", "--suite", str(pytestconfig.rootpath)]) == 2
+    assert "matrix: vLLM 0.20.0 is not a release on the package index" in capsys.readouterr().err
