@@ -39,7 +39,7 @@ def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp
 
     monkeypatch.setattr(matrix.Matrix, "release", release)
     monkeypatch.setattr(releases, "index_releases", lambda: INDEX)
-    monkeypatch.setattr(releases, "make_base", lambda root, base, log=print: None)
+    monkeypatch.setattr(releases, "make_base", lambda root, base: None)
     from vllm_hotpaths import cli
 
     code = cli.main(["matrix", "0.22.0..0.22.1", "--hotpath", "penalties", "--out", str(tmp_path),

@@ -201,7 +201,11 @@ def run(args) -> int:
     print(f"vllm-hotpaths matrix: {len(chosen)} releases ({releases.span(chosen)}), profile {args.profile}, "
           f"{args.jobs} at a time; suite {root}; results in {matrix.store}", flush=True)
     started, finished, problems = time.monotonic(), [], []
-    releases.make_base(root, root / ".venvs" / "base")
+    try:
+        releases.make_base(root, root / ".venvs" / "base")
+    except releases.ReleaseError as err:
+        print(f"matrix: {err}", file=sys.stderr)
+        return 2
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
             for version, future in [(v, pool.submit(matrix.release, v)) for v in chosen]:

@@ -153,7 +153,7 @@ def site_packages(venv: Path) -> Path:
     return found[0]
 
 
-def make_base(root: Path, base: Path, log=print) -> None:
+def make_base(root: Path, base: Path) -> None:
     """The shared base `.venvs/base` (BASE_RELEASE's requirements, no vLLM), made or reused by
     ci/install.sh."""
     env = dict(os.environ, VENV=str(base), VLLM_VERSION=BASE_RELEASE, WITH_VLLM="0")
@@ -171,7 +171,7 @@ def environment(version: str, root: Path, log=print, releases: list[str] | None 
     venvs = root / ".venvs"
     if base is None:
         base = venvs / "base"
-        make_base(root, base, log)
+        make_base(root, base)
     kept, left_out = requirements(version, base / "bin" / "python")
     kept += list(extra)
     venv = venvs / f"vllm-{version}"
@@ -192,18 +192,18 @@ def environment(version: str, root: Path, log=print, releases: list[str] | None 
         # pip sees it as installed and resolves against it.
         (site_packages(venv) / "_vllm_hotpaths_base.pth").write_text(
             f"import site; site.addsitedir({str(site_packages(base))!r})\n")
-        python = venv / "bin" / "python"
-        held = subprocess.run([str(base / "bin" / "python"), "-m", "vllm_hotpaths.testing.releases", "pins"], capture_output=True,
-                              text=True, check=True).stdout.split()
+        python, base_python = venv / "bin" / "python", base / "bin" / "python"
+        held = subprocess.run([str(base_python), "-m", "vllm_hotpaths.testing.releases", "pins"],
+                              capture_output=True, text=True, check=True).stdout.split()
         with tempfile.TemporaryDirectory() as scratch:
             constraints = Path(scratch) / "constraints.txt"
             constraints.write_text("".join(f"{pin}\n" for pin in held))
             requirements_file = Path(scratch) / "requirements.txt"
             requirements_file.write_text("".join(f"{r}\n" for r in kept))
-            base_pip = base / "bin" / "python"
             for args in (["-r", str(requirements_file), "-c", str(constraints)],
                          ["--no-deps", f"vllm=={version}"]):
-                done = subprocess.run(pip(base_pip, "--python", str(python), "install", "-q", *args),
+                # the base's pip installs into the release's folder (the folder has no pip)
+                done = subprocess.run(pip(base_python, "--python", str(python), "install", "-q", *args),
                                       capture_output=True, text=True)
                 if done.returncode:
                     raise ReleaseError(f"installing vLLM {version}'s requirements into {venv} failed on "
