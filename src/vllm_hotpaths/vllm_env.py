@@ -83,6 +83,19 @@ def import_vllm(module: str) -> ModuleType:
     return importlib.import_module(module)
 
 
+def call(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` with only the keyword arguments `fn`'s signature names: releases add
+    and drop optional arguments (0.23's `RequestState.add_request(..., max_tokens)`, 0.31's
+    `Sampler.add_request` without `prompt_len`). An argument a release requires that is not given
+    still fails, as a TypeError naming it."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return fn(*args, **kwargs)
+
+
 def compiled_op(name: str):
     """`torch.ops._C.<name>` from vLLM's compiled library, or None where it cannot be loaded.
 

@@ -318,15 +318,15 @@ class LogitsCopyChecks(Checks):
         (The patch stays installed, as it always has: it has no uninstall; the patched
         `add_request` only adds the slot's flag, and `apply_sampling_params`, which the other
         laws call, is not patched.)"""
-        from vllm_hotpaths import registry
+        from vllm_hotpaths import registry, vllm_env
         from vllm_hotpaths.logits_copy import patch
 
         patch.install()
         (live,) = case.samplers(registry.get(self.hotpath).live_factory(), device=device)
         for i, step in enumerate(run(case, (live,), device)):
             args = live.sampler_args(*step.args())
-            ids, out = live.sampler.sample(*args)
-            upstream_ids, upstream_out = patch.UPSTREAM["sample"](live.sampler, *args)
+            ids, out = vllm_env.call(live.sampler.sample, **args)
+            upstream_ids, upstream_out = vllm_env.call(patch.UPSTREAM["sample"], live.sampler, **args)
             note("copy skipped" if out is step.logits else "processed")
             assert torch.equal(ids, upstream_ids), \
                 f"step {i}: patched {ids.tolist()}, upstream {upstream_ids.tolist()}"

@@ -1,6 +1,6 @@
 """vLLM's Model Runner v2 sampler (`Sampler.apply_sampling_params`, `gumbel_sample`) on request
-states set up as vLLM's model runner sets them up: `LiveSampler022` for 0.22's signatures,
-`LiveSampler033` for 0.33's (`live_sampler` picks by the installed version).
+states set up as vLLM's model runner sets them up, through each release's own signatures
+(`vllm_env.call` passes the arguments a release's function names).
 
 The states are vLLM's own `RequestState` and `Sampler`, fed through their `add_request` /
 `apply_staged_writes` / `remove_request` and vLLM's `post_update`. Where UVA (pinned memory) is
@@ -23,7 +23,6 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from packaging.version import Version
 
 from vllm_hotpaths import vllm_env
 
@@ -69,9 +68,22 @@ def request_state(max_num_reqs: int, max_model_len: int, vocab_size: int, device
                         vocab_size=vocab_size, device=device)
 
 
-class LiveSampler022:
-    """`reasoning` is accepted and unused: 0.22's Model Runner v2 sampler has no thinking forcing
-    (its `SamplingParams` still carries `thinking_token_budget`)."""
+def admit(req_states, req_id: str, prompt_len: int, tokens: list[int], max_model_len: int) -> None:
+    """`RequestState.add_request` for a request whose `tokens` are all computed (a resumed one:
+    prefill_len = total_len = len(tokens)); from 0.23 it also takes the request's max_tokens."""
+    vllm_env.call(req_states.add_request, req_id, prompt_len, tokens, num_computed_tokens=len(tokens),
+                  max_tokens=max_model_len - prompt_len)
+
+
+class LiveSampler:
+    """The installed release's sampler, whatever its signatures (vllm_env.call): a `Sampler` built
+    with the reasoning markers where the release takes them (0.28-0.30: `reasoning_config`; from
+    0.31: a `VllmConfig` that carries them; vLLM forces thinking budgets only when all three are
+    known; earlier releases have no forcing and `reasoning` is unused), and
+    `apply_sampling_params(..., skip_top_k_top_p=True)` where the release has it, as its
+    `Sampler.sample` calls it (from 0.23: top-k/top-p are applied in the sampling step, which the
+    references leave out). When no request of the batch needs processing, 0.33 returns the
+    caller's tensor itself."""
 
     def __init__(self, vocab_size: int, max_num_reqs: int, device="cpu", max_model_len: int = 256,
                  reasoning=None):
@@ -89,8 +101,26 @@ class LiveSampler022:
         self.params: dict[int, object] = {}  # slot -> the SamplingParams given to vLLM
 
     def _sampler(self, max_num_reqs: int, vocab_size: int, reasoning):
-        return self._sampler_mod.Sampler(max_num_reqs=max_num_reqs, vocab_size=vocab_size,
-                                         device=self.device, req_states=self.req_states)
+        import inspect
+
+        takes = inspect.signature(self._sampler_mod.Sampler).parameters
+        config = markers = None
+        if reasoning is not None and ("vllm_config" in takes or "reasoning_config" in takes):
+            from vllm.config.reasoning import ReasoningConfig
+
+            markers = ReasoningConfig()
+            # The token ids vLLM derives from the tokenizer's marker strings, given directly.
+            markers._reasoning_start_token_ids = list(reasoning.start)
+            markers._reasoning_end_token_ids = list(reasoning.end)
+            markers._natural_reasoning_end_token_ids = list(reasoning.natural_end)
+        if "vllm_config" in takes:
+            from vllm.config import VllmConfig
+
+            config = VllmConfig()
+            config.reasoning_config = markers
+        return vllm_env.call(self._sampler_mod.Sampler, vllm_config=config, reasoning_config=markers,
+                             max_num_reqs=max_num_reqs, vocab_size=vocab_size, device=self.device,
+                             req_states=self.req_states)
 
     @staticmethod
     def _req_id(slot: int) -> str:
@@ -114,16 +144,12 @@ class LiveSampler022:
         # RequestState.add_request takes free_indices.pop(): put `slot` last.
         rs.free_indices.remove(slot)
         rs.free_indices.append(slot)
-        # Resumed request: prefill_len = total_len = len(prompt + output), all computed.
-        self._admit(slot, prompt, tokens, sp)
+        admit(rs, self._req_id(slot), len(prompt), tokens, self.max_model_len)
+        vllm_env.call(self.sampler.add_request, req_idx=slot, prompt_len=len(prompt), sampling_params=sp)
         assert rs.req_id_to_index[self._req_id(slot)] == slot
         rs.apply_staged_writes()
         self.sampler.apply_staged_writes()
         self.params[slot] = sp
-
-    def _admit(self, slot: int, prompt: list[int], tokens: list[int], sp) -> None:
-        self.req_states.add_request(self._req_id(slot), len(prompt), tokens, num_computed_tokens=len(tokens))
-        self.sampler.add_request(slot, len(prompt), sp)
 
     def remove_request(self, slot: int) -> None:
         freed = self.req_states.remove_request(self._req_id(slot))  # 0.22: a bool; 0.33: the slot
@@ -157,80 +183,35 @@ class LiveSampler022:
         return expanded, idx_mapping_np, positions
 
     def sampler_args(self, logits, rows: list[int], local_pos: list[int], input_ids: list[int],
-                     pos: list[int]) -> tuple:
-        """The arguments of 0.22's `Sampler.apply_sampling_params` and `Sampler.sample`."""
+                     pos: list[int]) -> dict:
+        """`Sampler.apply_sampling_params`'s arguments by name, every release's (each takes its own)."""
         if not (logits.shape[0] == len(rows) == len(local_pos) == len(input_ids)):
             raise ValueError("one rows/local_pos/input_ids/pos entry per logits row")
         expanded, idx_mapping_np, positions = self._mapping(rows, pos)
-        # Model-runner dtypes: input_ids int32, positions int64, mappings and local pos int32.
-        return (logits, expanded, idx_mapping_np, positions,
-                torch.tensor(input_ids, dtype=torch.int32, device=self.device),
-                torch.tensor(local_pos, dtype=torch.int32, device=self.device))
-
-    def apply_sampling_params(self, logits, rows: list[int], local_pos: list[int],
-                              input_ids: list[int], pos: list[int]) -> torch.Tensor:
-        return self.sampler.apply_sampling_params(*self.sampler_args(logits, rows, local_pos, input_ids, pos))
-
-    def sample(self, processed_logits, rows: list[int], pos: list[int]) -> torch.Tensor:
-        expanded, _, positions = self._mapping(rows, pos)
-        states = self.sampler.sampling_states
-        return self._sampler_mod.gumbel_sample(
-            processed_logits, expanded, states.temperature.gpu, states.seeds.gpu, positions,
-            apply_temperature=False, use_fp64=self.sampler.use_fp64_gumbel)
-
-
-class LiveSampler033(LiveSampler022):
-    """0.33.0's sampler: built from a `VllmConfig` whose reasoning config carries `reasoning`'s
-    markers (vLLM forces thinking budgets only when all three are known), requests admitted with
-    a `max_tokens`, and `apply_sampling_params(..., skip_top_k_top_p=True)` as `Sampler.sample`
-    calls it (the references state no top-k/top-p for 0.33). When no request of the batch needs
-    processing, vLLM returns the caller's tensor itself."""
-
-    def _sampler(self, max_num_reqs: int, vocab_size: int, reasoning):
-        from vllm.config import VllmConfig
-        from vllm.config.reasoning import ReasoningConfig
-
-        config = VllmConfig()
-        if reasoning is not None:
-            markers = ReasoningConfig()
-            # The token ids vLLM derives from the tokenizer's marker strings, given directly.
-            markers._reasoning_start_token_ids = list(reasoning.start)
-            markers._reasoning_end_token_ids = list(reasoning.end)
-            markers._natural_reasoning_end_token_ids = list(reasoning.natural_end)
-            config.reasoning_config = markers
-        return self._sampler_mod.Sampler(config, max_num_reqs=max_num_reqs, vocab_size=vocab_size,
-                                         device=self.device, req_states=self.req_states)
-
-    def _admit(self, slot: int, prompt: list[int], tokens: list[int], sp) -> None:
-        self.req_states.add_request(self._req_id(slot), len(prompt), tokens, num_computed_tokens=len(tokens),
-                                    max_tokens=self.max_model_len - len(prompt))
-        self.sampler.add_request(slot, sp)
-
-    def sampler_args(self, logits, rows, local_pos, input_ids, pos) -> tuple:
-        """The arguments of 0.33's `Sampler.apply_sampling_params` and `Sampler.sample`."""
-        logits, expanded, idx_mapping_np, positions, ids, local = super().sampler_args(
-            logits, rows, local_pos, input_ids, pos)
-        idx_mapping = torch.from_numpy(idx_mapping_np).to(self.device)
         # Each request's sequence length this step is at most its last row's position + 1.
         last_pos = {slot: p for slot, p in zip(rows, pos)}
         upper = np.array([last_pos[int(s)] + 1 for s in idx_mapping_np], dtype=np.int32)
-        return logits, expanded, idx_mapping, idx_mapping_np, positions, ids, local, upper
+        # Model-runner dtypes: input_ids int32, positions int64, mappings and local pos int32.
+        return dict(logits=logits, expanded_idx_mapping=expanded,
+                    idx_mapping=torch.from_numpy(idx_mapping_np).to(self.device), idx_mapping_np=idx_mapping_np,
+                    pos=positions, input_ids=torch.tensor(input_ids, dtype=torch.int32, device=self.device),
+                    expanded_local_pos=torch.tensor(local_pos, dtype=torch.int32, device=self.device),
+                    seq_lens_upper_bound_np=upper, skip_top_k_top_p=True)
 
-    def apply_sampling_params(self, logits, rows, local_pos, input_ids, pos) -> torch.Tensor:
-        return self.sampler.apply_sampling_params(*self.sampler_args(logits, rows, local_pos, input_ids, pos),
-                                                  skip_top_k_top_p=True)
+    def apply_sampling_params(self, logits, rows: list[int], local_pos: list[int],
+                              input_ids: list[int], pos: list[int]) -> torch.Tensor:
+        return vllm_env.call(self.sampler.apply_sampling_params,
+                             **self.sampler_args(logits, rows, local_pos, input_ids, pos))
 
     def sample(self, processed_logits, rows: list[int], pos: list[int]) -> torch.Tensor:
         expanded, _, positions = self._mapping(rows, pos)
         states = self.sampler.sampling_states
-        return self._sampler_mod.gumbel_sample(
-            processed_logits, expanded, states.temperature.gpu, states.seeds.gpu, positions,
-            apply_temperature=False, is_drafting=False, use_fp64=self.sampler.use_fp64_gumbel)
+        return vllm_env.call(self._sampler_mod.gumbel_sample, processed_logits, expanded, states.temperature.gpu,
+                             states.seeds.gpu, positions, apply_temperature=False, is_drafting=False,
+                             use_fp64=getattr(self.sampler, "use_fp64_gumbel", False))
 
 
 def live_sampler(vocab_size: int, max_num_reqs: int, device="cpu", max_model_len: int = 256,
                  reasoning=None):
     """The installed vLLM's sampler behind the hot path's contract."""
-    version = vllm_env.installed_version()
-    cls = LiveSampler033 if version is not None and Version(version) >= Version("0.33.0") else LiveSampler022
-    return cls(vocab_size, max_num_reqs, device, max_model_len, reasoning=reasoning)
+    return LiveSampler(vocab_size, max_num_reqs, device, max_model_len, reasoning=reasoning)

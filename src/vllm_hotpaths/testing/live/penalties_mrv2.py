@@ -11,11 +11,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-from packaging.version import Version
 
 from vllm_hotpaths import vllm_env
 from vllm_hotpaths.penalties_mrv2 import InvalidPenaltiesInput
-from vllm_hotpaths.testing.live.logits_copy import host_uva, request_state
+from vllm_hotpaths.testing.live.logits_copy import admit, host_uva, request_state
 
 
 def _check_ids(vocab_size: int, *lists, lowest: int = 0) -> None:
@@ -29,7 +28,7 @@ def _check_ids(vocab_size: int, *lists, lowest: int = 0) -> None:
 
 
 class LiveSlotPenalties:
-    """vLLM 0.22's API: `PenaltiesState(req_states)`, `apply_penalties(logits, ...)`."""
+    """The API until 0.30: `PenaltiesState(req_states)`, `apply_penalties(logits, ...)`."""
 
     def __init__(self, vocab_size: int, max_num_reqs: int, max_model_len: int, device="cpu") -> None:
         self._penalties = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.penalties")
@@ -50,7 +49,7 @@ class LiveSlotPenalties:
         return self._penalties.PenaltiesState(self.req_states)
 
     def _admit(self, slot: int, prompt: list[int], tokens: list[int]) -> None:
-        self.req_states.add_request(f"slot-{slot}", len(prompt), tokens, num_computed_tokens=len(tokens))
+        admit(self.req_states, f"slot-{slot}", len(prompt), tokens, self.max_model_len)
 
     def add_request(self, slot: int, prompt, resumed, penalties) -> None:
         _check_ids(self.vocab_size, prompt, resumed)
@@ -102,7 +101,7 @@ class LiveSlotPenalties:
 
 
 class LiveSlotPenalties033(LiveSlotPenalties):
-    """vLLM 0.33's API: `PenaltiesState(vllm_config, LogitsProcRequestState)`, `apply(logits, ctx)`."""
+    """The API from 0.31: `PenaltiesState(vllm_config, LogitsProcRequestState)`, `apply(logits, ctx)`."""
 
     def _state(self):
         from vllm.config import VllmConfig
@@ -110,27 +109,25 @@ class LiveSlotPenalties033(LiveSlotPenalties):
 
         return self._penalties.PenaltiesState(VllmConfig(), LogitsProcRequestState.from_request_state(self.req_states))
 
-    def _admit(self, slot: int, prompt: list[int], tokens: list[int]) -> None:
-        self.req_states.add_request(f"slot-{slot}", len(prompt), tokens, num_computed_tokens=len(tokens),
-                                    max_tokens=self.max_model_len - len(prompt))
-
     def apply_penalties(self, logits, rows, local_pos, input_ids) -> torch.Tensor:
         from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsContext
 
         _check_ids(self.vocab_size, input_ids, lowest=-1)
         expanded, idx_mapping_np, ids, local = self._layout(rows, local_pos, input_ids)
         # The penalties read the layout only; positions and lengths are what a real step would pass.
-        ctx = LogitsContext(expanded_idx_mapping=expanded, idx_mapping=torch.from_numpy(idx_mapping_np).to(self.device),
+        ctx = vllm_env.call(LogitsContext, expanded_idx_mapping=expanded,
+                            idx_mapping=torch.from_numpy(idx_mapping_np).to(self.device),
                             idx_mapping_np=idx_mapping_np, expanded_local_pos=local, input_ids=ids,
                             pos=torch.zeros(len(rows), dtype=torch.int64, device=self.device),
                             seq_lens_upper_bound_np=np.zeros(len(idx_mapping_np), dtype=np.int32))
         out = self.state.apply(logits, ctx)
-        assert out is logits, "vLLM 0.33's PenaltiesState.apply returned a new tensor"
+        assert out is logits, "PenaltiesState.apply returned a new tensor"
         return out
 
 
 def live_slot_penalties(vocab_size: int, max_num_reqs: int, max_model_len: int, device="cpu"):
-    """The installed vLLM's Model Runner V2 penalties behind the contract."""
-    version = vllm_env.installed_version()
-    cls = LiveSlotPenalties033 if version is not None and Version(version) >= Version("0.33.0") else LiveSlotPenalties
+    """The installed vLLM's Model Runner V2 penalties behind the contract (by its API: a
+    logits processor's `apply(logits, ctx)` from 0.31)."""
+    penalties = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.penalties")
+    cls = LiveSlotPenalties033 if hasattr(penalties.PenaltiesState, "apply") else LiveSlotPenalties
     return cls(vocab_size, max_num_reqs, max_model_len, device)
