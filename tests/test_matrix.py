@@ -59,3 +59,20 @@ def test_a_matrix_of_a_version_that_is_not_a_release_says_so(monkeypatch, capsys
 
     assert cli.main(["matrix", "0.20.0", "--suite", str(pytestconfig.rootpath)]) == 2
     assert "matrix: vLLM 0.20.0 is not a release on the package index" in capsys.readouterr().err
+
+
+def test_what_changes_between_two_releases_is_composed_from_consecutive_steps():
+    from vllm_hotpaths.testing import release_changes
+
+    known = ["0.16.0", "0.22.0", "0.25.0", "0.28.0", "0.33.0"]
+    choices = {"0.22.0": {"Qwen2 dense": "v1"}, "0.25.0": {"Qwen2 dense": "mrv2"}}
+    steps = dict(release_changes.between("0.16.0", "0.33.0", known, choices))
+    assert list(steps) == ["0.22.0", "0.25.0", "0.28.0", "0.33.0"]
+    assert "think_budget_mrv2 (mrv2): appears in 0.28.0" in steps["0.28.0"]
+    assert "runner for Qwen2 dense: v1 -> mrv2" in steps["0.25.0"]
+    assert any("pull/46243" in line for line in steps["0.33.0"])  # a ledger entry starting there
+    assert any(line.startswith("recovered_tokens (v1): upstream's semantics change") for line in steps["0.22.0"])
+    # from 0.22.0 to 0.25.0 is only what 0.25.0 brings
+    assert dict(release_changes.between("0.22.0", "0.25.0", known, choices)) == {"0.25.0": steps["0.25.0"]}
+    with pytest.raises(ValueError, match="name the older release first"):
+        release_changes.between("0.33.0", "0.22.0", known)

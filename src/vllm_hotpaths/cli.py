@@ -1,4 +1,4 @@
-"""Command line: `vllm-hotpaths gate`, `matrix`, `bench`, `e2e`, `contracts` and `results`."""
+"""Command line: `vllm-hotpaths gate`, `matrix`, `changes`, `bench`, `e2e`, `contracts`, `results`."""
 
 from __future__ import annotations
 
@@ -195,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
                             "that run the same vLLM code; writes OUT/matrix.md", formatter_class=defaults)
     matrix_module.add_arguments(matrix)
     matrix.set_defaults(func=matrix_module.run)
+    from vllm_hotpaths.testing import release_changes
+
+    changes = sub.add_parser("changes", help="what changes for your sampled tokens from release X to Y, "
+                             "composed from the consecutive releases' changes this suite knows")
+    release_changes.add_arguments(changes)
+    changes.set_defaults(func=release_changes.run)
     results = sub.add_parser("results", help="write Markdown pages of results from gate reports and bench JSON")
     results.add_argument("--gate-report", action="append", default=[], metavar="JSON", help="a gate-report.json")
     results.add_argument("--bench", action="append", default=[], metavar="JSON", help="a `bench --json` file")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from vllm_hotpaths import registry
 from vllm_hotpaths.registry import version_key
-from vllm_hotpaths.testing import fingerprint, releases, runner_choice
+from vllm_hotpaths.testing import fingerprint, release_changes, releases, runner_choice
 
 STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
 
@@ -266,6 +266,13 @@ def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: lis
                    for a in result["runner_choice"]}
         lines.append(f"| {version} | " + " | ".join(answers.get(c, answers.get("all", "?"))
                                                     for c in runner_choice.CONFIGURATIONS) + " |")
+    lines += ["", "## What changes from one release to the next", "",
+              "Known to this suite (a hot path that appears, a reference keyed at the release, a ledger "
+              "entry that starts or ends there, the runner vLLM picks); `vllm-hotpaths changes X Y` "
+              "composes them for any two releases.", ""]
+    choices = release_changes.recorded_runner_choice(matrix.store)
+    for current, changes in release_changes.between(chosen[0], chosen[-1], chosen, choices) if chosen else []:
+        lines += [f"- **{current}**: " + ("; ".join(changes) if changes else "nothing this suite knows of")]
     matrix.out.mkdir(parents=True, exist_ok=True)
     page = matrix.out / "matrix.md"
     page.write_text("\n".join(lines) + "\n")
