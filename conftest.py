@@ -350,7 +350,10 @@ def pytest_runtest_makereport(item, call):
             implementation = f"reference@{log.reference_version}"
         elif check.args[0] == "runner-change":  # (skipped before the law named its v1 reference)
             spec = registry.get(hotpath.args[0])
-            version = registry.get(spec.v1_counterpart).reference_version_for(installed_vllm(item.config))
+            try:
+                version = registry.get(spec.v1_counterpart).reference_version_for(installed_vllm(item.config))
+            except LookupError:  # a vLLM before the v1 hot path's first reference
+                version = "none"
             implementation = f"reference@{version} ({spec.v1_counterpart}, v1)"
         else:  # conformance: the reference that the installed vLLM is checked against
             implementation = f"reference@{drift.conformance_reference_version(hotpath.args[0], log)}"

@@ -52,15 +52,31 @@ def set_cpu_environment() -> None:
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
+def _cpu_platform():
+    """vLLM's `CpuPlatform`, except that loading its compiled CPU kernels may fail quietly: this
+    vLLM is a CUDA build (no CPU kernels to load), and releases up to 0.21 ask torch for
+    `torch._C._cpu._is_avx512_supported`, which the CPU torch used here no longer has."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    class CpuPlatformWithoutKernels(CpuPlatform):
+        @classmethod
+        def import_kernels(cls) -> None:
+            try:
+                super().import_kernels()
+            except (AttributeError, ImportError):
+                pass
+
+    return CpuPlatformWithoutKernels()
+
+
 def _adjust_for_cpu() -> None:
     global _adjusted
     if _adjusted:
         return
     if _no_gpu():
         import vllm.platforms
-        from vllm.platforms.cpu import CpuPlatform
 
-        vllm.platforms._current_platform = CpuPlatform()
+        vllm.platforms._current_platform = _cpu_platform()
         from vllm.utils import platform_utils, torch_utils
 
         platform_utils.is_pin_memory_available.cache_clear()
