@@ -101,8 +101,8 @@ def test_reciprocal_change_moves_only_near_ties(case, device, case_log):
     the winner is within rounding of another lane (the ledger's near-tie positions)."""
     case_log.record(case)
     old = recovered(HOTPATH.reference("0.16.0")(device, case.reference_tiles()), case, device)
-    new = recovered(HOTPATH.reference("0.22.0")(device, case.reference_tiles()), case, device)
-    excusable = position_entries("recovered_tokens", "0.22.0", case, kind="change")
+    new = recovered(HOTPATH.reference("0.17.0")(device, case.reference_tiles()), case, device)
+    excusable = position_entries("recovered_tokens", "0.17.0", case, kind="change")
     for link in compare_ids(new, old, "reference 0.22.0 vs 0.16.0", excusable):
         case_log.excuse_link(link)
 
@@ -118,7 +118,7 @@ def test_reciprocal_change_fixtures_show_different_ids(device, case_log):
     for path, case in shown:
         case_log.record(case)
         old = recovered(HOTPATH.reference("0.16.0")(device, case.reference_tiles()), case, device)
-        new = recovered(HOTPATH.reference("0.22.0")(device, case.reference_tiles()), case, device)
+        new = recovered(HOTPATH.reference("0.17.0")(device, case.reference_tiles()), case, device)
         assert not torch.equal(old, new), f"{path.name}: 0.16 and 0.22 agree on it"
         case_log.excuse_link(CHANGE_LINK)
         case_log.shown_by = str(path.relative_to(SUITE_ROOT))

@@ -103,7 +103,8 @@ def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
     option = "--reference" if law == "conformance" else "--impl"
     result = run_cli(
         "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
-        "-k", "recovered_tokens and cpu", "--hypothesis-profile", "ci",
+        "-k", "recovered_tokens and cpu",
+        "--hypothesis-profile", "quality" if mutant in recovered_tokens_mutants.NEED_MORE_EXAMPLES else "ci",
         option, f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )

@@ -1,7 +1,7 @@
 """Deliberately wrong recovered-token candidates: each must be caught by the `ci` profile.
 
 Run one with `pytest properties/test_equivalence.py -k recovered_tokens
---impl recovered_tokens@0.22.0=properties.quality.recovered_tokens:NAME`; `tests/test_quality.py`
+--impl recovered_tokens@0.17.0=properties.quality.recovered_tokens:NAME`; `tests/test_quality.py`
 runs them all (CPU, interpreted) and requires a failure with a written fixture. `IEEEDivision`
 differs from the 0.16 reference only where Triton's division is approximate: on CUDA.
 """
@@ -26,12 +26,12 @@ def _ieee_divide(residual, q):
 
 @triton.jit
 def _nan_and_padding_compete(score, inside):
-    """Upstream 0.22's tile contest: lanes past V score 0, NaN left to the reduction."""
+    """Upstream's tile contest from 0.17: lanes past V score 0, NaN left to the reduction."""
     return tl.where(inside, score, 0.0)
 
 
-class DividesFor022(SplitVocabDivision):
-    """The 0.22 variant scoring `residual / q`, as 0.16 did."""
+class DividesForReciprocal(SplitVocabDivision):
+    """The 0.17 variant scoring `residual / q`, as 0.16 did."""
 
 
 class IEEEDivision(SplitVocabDivision):
@@ -180,7 +180,7 @@ def _later_tile_wins_ties(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, targe
 
 
 class LaterTileWinsTiesReference(ReciprocalReference):
-    """A 0.22 reference whose tile contest keeps a later tile's equal maximum (`>=`): only an exact
+    """A 0.17 reference whose tile contest keeps a later tile's equal maximum (`>=`): only an exact
     tie between lanes of different 8,192-lane tiles shows it, so conformance over vocabularies of
     one upstream tile never does. Checked in place of the frozen reference (`--reference`)."""
 
@@ -201,16 +201,20 @@ class LaterTileWinsTiesReference(ReciprocalReference):
 # name -> (reference version it claims, the law that must catch it (properties/test_<law>.py),
 # devices it shows on)
 MUTANTS = {
-    "DividesFor022": ("0.22.0", "equivalence", "cpu cuda"),
+    "DividesForReciprocal": ("0.17.0", "equivalence", "cpu cuda"),
     "IEEEDivision": ("0.16.0", "equivalence", "cuda"),
-    "PaddingCompetes": ("0.22.0", "equivalence", "cpu cuda"),
-    "LaterSliceWinsTies": ("0.22.0", "equivalence", "cpu cuda"),
-    "LowestLaneWinsTies": ("0.22.0", "equivalence", "cpu cuda"),
-    "DropsLastPartialSlice": ("0.22.0", "equivalence", "cpu cuda"),
-    "DraftLaneNotMasked": ("0.22.0", "equivalence", "cpu cuda"),
-    "ResidualNotClamped": ("0.22.0", "equivalence", "cpu cuda"),
-    "NaNResidualIsZero": ("0.22.0", "equivalence", "cpu cuda"),
-    "SliceIdsIn16Bits": ("0.22.0", "equivalence", "cpu cuda"),
-    "ZeroResidualSkipsNoise": ("0.22.0", "equivalence", "cpu cuda"),
-    "LaterTileWinsTiesReference": ("0.22.0", "conformance", "cpu cuda"),
+    "PaddingCompetes": ("0.17.0", "equivalence", "cpu cuda"),
+    "LaterSliceWinsTies": ("0.17.0", "equivalence", "cpu cuda"),
+    "LowestLaneWinsTies": ("0.17.0", "equivalence", "cpu cuda"),
+    "DropsLastPartialSlice": ("0.17.0", "equivalence", "cpu cuda"),
+    "DraftLaneNotMasked": ("0.17.0", "equivalence", "cpu cuda"),
+    "ResidualNotClamped": ("0.17.0", "equivalence", "cpu cuda"),
+    "NaNResidualIsZero": ("0.17.0", "equivalence", "cpu cuda"),
+    "SliceIdsIn16Bits": ("0.17.0", "equivalence", "cpu cuda"),
+    "ZeroResidualSkipsNoise": ("0.17.0", "equivalence", "cpu cuda"),
+    "LaterTileWinsTiesReference": ("0.17.0", "conformance", "cpu cuda"),
 }
+# Caught by `ci`'s derandomized draw before the 0.17.0 reference took its key, and no longer by the
+# draw that key seeds (the law's draws are keyed by the candidate's label): the `quality` profile's
+# 600 examples catch them, generation only.
+NEED_MORE_EXAMPLES = {"PaddingCompetes", "ResidualNotClamped", "SliceIdsIn16Bits", "ZeroResidualSkipsNoise"}

@@ -9,7 +9,7 @@ target_probs, q)` returns one id per draft token, with `draft_token_ids`' dtype.
 Semantics every implementation here keeps (upstream's, where upstream defines a result):
 - residual: `max(target - draft, 0)`; without draft probabilities, the target with the draft
   token's lane set to 0 (a draft id of -1 masks nothing);
-- score: `residual / q` (vLLM 0.16) or `residual * (1 / q)` (vLLM 0.22 on), in Triton on the
+- score: `residual / q` (vLLM 0.16) or `residual * (1 / q)` (vLLM 0.17 on), in Triton on the
   device (Triton's fp32 division is approximate on CUDA);
 - the highest score wins, ties go to the lowest index (an all-zero residual gives id 0);
 - a NaN residual or score (NaN probabilities, `0 * inf` from q = 0) never wins, and no lane at or

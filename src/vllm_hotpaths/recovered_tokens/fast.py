@@ -12,7 +12,7 @@ with NaN scores and lanes past V never winning.
 
 Two exact variants, one per reference: `SplitVocabDivision` scores `residual / q` (vLLM 0.16.0)
 with the same Triton division as the reference; `SplitVocabReciprocal` scores
-`residual * (1 / q)` (vLLM 0.22.0) with the reciprocal correctly rounded in the kernel
+`residual * (1 / q)` (vLLM 0.17.0 on) with the reciprocal correctly rounded in the kernel
 (`div_rn`, the value `q.reciprocal()` gives), so no `inv_q` tensor is written and read back.
 """
 
@@ -196,6 +196,6 @@ class SplitVocabDivision:
 
 
 class SplitVocabReciprocal(SplitVocabDivision):
-    """Exact to `ReciprocalReference` (vLLM 0.22.0)."""
+    """Exact to `ReciprocalReference` (vLLM 0.17.0 on)."""
 
     score = times_reciprocal

@@ -3,7 +3,7 @@
 The replacement draws the noise as upstream does, call for call (one `exponential_()` over the
 whole `[B, V]` tensor, then one per seeded request that has drafts, from its generator), so the
 random streams advance exactly as upstream's, and hands it to the split-vocab variant whose
-reference the installed vLLM is checked against (0.22.x and 0.33.x: `split-vocab@0.22.0`). Inputs
+reference the installed vLLM is checked against (0.17.0 on: `split-vocab@0.17.0`). Inputs
 the fast path refuses, and 0.33's `use_fp64_gumbel` noise, go to upstream's function before any
 noise is drawn.
 """

@@ -3,7 +3,7 @@ upstream's arithmetic: on CUDA Triton's fp32 `/` is approximate) and as plain to
 
 - `DivisionReference`, vLLM 0.16.0: one program per (request, position) loads the whole vocabulary
   padded to a power of two and takes `argmax(residual / q)`.
-- `ReciprocalReference`, vLLM 0.22.0 (PR #34974): the host takes `inv_q = q.reciprocal()`; the
+- `ReciprocalReference`, vLLM 0.17.0 (PR #34974; unchanged through 0.33.0): the host takes `inv_q = q.reciprocal()`; the
   kernel walks the vocabulary in tiles of `tiles.block` lanes (8192 upstream), scores
   `residual * inv_q`, and keeps a tile's maximum only if it is strictly greater (earlier tiles win
   ties).
@@ -20,7 +20,7 @@ import triton.language as tl
 
 from vllm_hotpaths.recovered_tokens import Tiles, check_inputs
 
-UPSTREAM_BLOCK = 8192  # vLLM 0.22's tile width
+UPSTREAM_BLOCK = 8192  # upstream's tile width from 0.17
 
 
 @triton.jit
@@ -131,7 +131,7 @@ class DivisionReference:
 
 
 class ReciprocalReference:
-    """vLLM 0.22.0: tiles of `tiles.block` lanes (8192 upstream), `residual * q.reciprocal()`."""
+    """vLLM 0.17.0 on: tiles of `tiles.block` lanes (8192 upstream), `residual * q.reciprocal()`."""
 
     division = False
 

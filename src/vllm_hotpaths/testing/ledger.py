@@ -96,9 +96,9 @@ LEDGER += [
         affects=lambda case: case.nan_positions(),
     ),
     KnownDivergence(
-        hotpath="recovered_tokens", first_version="0.22.0", last_version=None, required=False,
+        hotpath="recovered_tokens", first_version="0.17.0", last_version=None, required=False,
         kind="change", link="https://github.com/vllm-project/vllm/pull/34974",
-        summary="0.22 scores residual * (1/q) where 0.16 divided residual / q: the two roundings "
+        summary="0.17 scores residual * (1/q) where 0.16 divided residual / q: the two roundings "
                 "pick different ids on near-ties (and where 1/q leaves fp32's normal range)",
         affects=lambda case: case.near_tie_positions(),
     ),
