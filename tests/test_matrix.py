@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hotpaths.testing import matrix, releases
+from vllm_hotpaths.testing import fingerprint, matrix, releases
 
 INDEX = ["0.15.1", "0.16.0", "0.17.0", "0.22.0", "0.22.1", "0.23.0", "0.33.0"]
 
@@ -76,3 +76,64 @@ def test_what_changes_between_two_releases_is_composed_from_consecutive_steps():
     assert dict(release_changes.between("0.22.0", "0.25.0", known, choices)) == {"0.25.0": steps["0.25.0"]}
     with pytest.raises(ValueError, match="name the older release first"):
         release_changes.between("0.33.0", "0.22.0", known)
+
+
+def planted_release(installed: Path, folder: Path, change: tuple[str, str, str] | None) -> Path:
+    """The installed vLLM as a tree of links, with one file changed (`change`: file, old, new)."""
+    import shutil
+    import subprocess
+
+    tree = folder / "vllm"
+    subprocess.run(["cp", "-rs", str(installed), str(tree)], check=True)
+    if change is not None:
+        relpath, old, new = change
+        target = tree / relpath
+        text = target.read_text()
+        assert old in text, f"{relpath} of this vLLM has no {old!r}"
+        target.unlink()
+        target.write_text(text.replace(old, new))
+    shutil.rmtree(tree / "__pycache__", ignore_errors=True)
+    return tree
+
+
+PRESENCE_TWICE = ("model_executor/layers/utils.py",
+                  "logits -= presence_penalties.unsqueeze(dim=1) * output_mask",
+                  "logits -= 2 * presence_penalties.unsqueeze(dim=1) * output_mask")
+
+
+def test_a_change_planted_in_a_release_is_caught_by_its_gate_and_not_shared(pytestconfig, tmp_path):
+    """The installed release with a planted change in the code the penalties run (the presence
+    penalty applied twice) fails its conformance; the same release unchanged passes; and the
+    fingerprint of the functions the unchanged run traced differs between the two, so the matrix
+    would not let one share the other's verdict."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    root = pytestconfig.rootpath
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        pytest.skip("vLLM is not installed")
+    installed = Path(spec.origin).parent
+    runs = {}
+    for name, change in (("clean", None), ("planted", PRESENCE_TWICE)):
+        folder = tmp_path / name
+        folder.mkdir()
+        tree = planted_release(installed, folder, change)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), str(root), str(root / "src")]))
+        env.pop("PYTEST_XDIST_WORKER", None)
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "properties/test_conformance.py", "-q", "-p", "no:cacheprovider",
+             "-m", "penalties", "-k", "cpu", "--hypothesis-profile", "smoke", "--no-shrink",
+             "--fixture-dir", str(folder / "fixtures"),
+             "-p", "vllm_hotpaths.testing.fingerprint", "--trace-vllm", str(folder / "trace")],
+            cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        runs[name] = (result, tree)
+    clean, planted = runs["clean"][0], runs["planted"][0]
+    assert clean.returncode == 0, clean.stdout[-2000:]
+    assert planted.returncode == 1 and "test_reference_matches_installed_vllm[penalties-cpu]" in planted.stdout
+    assert str(tmp_path / "planted") in planted.stdout  # the planted tree is the vLLM that ran
+    functions = fingerprint.traced(tmp_path / "clean" / "trace")["penalties"]
+    assert ("model_executor/layers/utils.py", "apply_penalties") in functions
+    assert fingerprint.fingerprint(runs["clean"][1], functions) != fingerprint.fingerprint(runs["planted"][1], functions)
