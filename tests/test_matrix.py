@@ -22,7 +22,8 @@ def test_the_suite_segments_releases_where_its_own_code_names_a_version(pytestco
     boundaries = matrix.suite_boundaries(pytestconfig.rootpath)
     assert {"0.16.0", "0.22.0", "0.28.0", "0.33.0"} <= set(boundaries)
     assert matrix.segment("0.22.1", boundaries) == matrix.segment("0.22.0", boundaries) == "0.22.0"
-    assert matrix.segment("0.17.1", boundaries) == "0.16.0"
+    assert matrix.segment("0.17.1", boundaries) == "0.17.0"  # the reciprocal reference's key
+    assert matrix.segment("0.16.0", boundaries) == "0.16.0"
     assert matrix.segment("0.33.0", boundaries) == "0.33.0"
 
 
@@ -137,3 +138,13 @@ def test_a_change_planted_in_a_release_is_caught_by_its_gate_and_not_shared(pyte
     functions = fingerprint.traced(tmp_path / "clean" / "trace")["penalties"]
     assert ("model_executor/layers/utils.py", "apply_penalties") in functions
     assert fingerprint.fingerprint(runs["clean"][1], functions) != fingerprint.fingerprint(runs["planted"][1], functions)
+
+
+def test_a_hot_path_missing_from_a_release_is_a_skip_whatever_its_equivalence_rows():
+    def row(check, status):
+        return {"check": check, "status": status}
+
+    assert matrix.hotpath_status([row("equivalence", "pass"), row("conformance", "skip")]) == "skip"
+    assert matrix.hotpath_status([row("equivalence", "pass"), row("conformance", "pass"),
+                                  row("drift", "expected-divergence")]) == "expected-divergence"
+    assert matrix.hotpath_status([row("equivalence", "fail"), row("conformance", "pass")]) == "fail"
