@@ -64,7 +64,7 @@ def test_drift_names_only_matching_changes():
     from vllm_hotpaths.testing.cases.swap_states import SwapProgram
     from vllm_hotpaths.testing.ledger import explain_drift, older_reference_version
 
-    assert older_reference_version("swap_states", "0.33.0") == "0.22.0"
+    assert older_reference_version("swap_states", "0.33.0") == "0.19.0"
     assert older_reference_version("swap_states", "0.22.0") == "0.16.0"
     assert older_reference_version("swap_states", "0.16.0") is None
     assert older_reference_version("think_budget", "0.33.1") == "0.22.0"
@@ -73,11 +73,14 @@ def test_drift_names_only_matching_changes():
     links = lambda entries: {e.link.rsplit("/", 1)[-1] for e in entries}  # noqa: E731
     assert links(explain_drift("swap_states", "0.33.0", condensed, "num_blocks_per_row: ...")) == {"49757"}
     assert links(explain_drift("swap_states", "0.33.0", condensed, "allowed-token mask ...")) == {"43894"}
-    assert explain_drift("swap_states", "0.22.0", condensed, "num_blocks_per_row") == []  # before the change
+    assert explain_drift("swap_states", "0.26.0", condensed, "num_blocks_per_row") == []  # before the change
+    assert links(explain_drift("swap_states", "0.27.0", condensed, "num_blocks_per_row: ...")) == {"49757"}
+    assert explain_drift("swap_states", "0.30.0", condensed, "allowed-token mask ...") == []  # before 0.31
     swapped = SwapProgram(2, 9, 2, (1,), False, (("add", 0, 0, 9, 0, 0, 0, 1, False, 0, 0, 0),
                                                   ("add", 1, 0, 1, 0, 0, 0, 1, False, 0, 0, 0), ("swap", 0, 1)))
     assert links(explain_drift("swap_states", "0.22.0", swapped, "token_ids_cpu: first at [1, 5]")) == {"34733"}
-    assert explain_drift("swap_states", "0.16.0", swapped, "token_ids_cpu: first at [1, 5]") == []
+    assert explain_drift("swap_states", "0.18.1", swapped, "token_ids_cpu: first at [1, 5]") == []
+    assert links(explain_drift("swap_states", "0.19.0", swapped, "token_ids_cpu: first at [1, 5]")) == {"34733"}
     assert explain_drift("swap_states", "0.22.0", condensed, "token_ids_cpu: first at [0, 5]") == []  # no swap
 
 

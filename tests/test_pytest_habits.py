@@ -58,6 +58,6 @@ def test_a_candidate_for_another_version_leaves_the_patch_row_alone(run_cli, tmp
     (which here targets the 0.33 reference while vLLM 0.22 is installed)."""
     result = run_cli("-m", "pytest", "properties/test_patch.py", "-k", "swap_states and cpu", "-p", "no:xdist",
                      "-q", "--hypothesis-profile", "dev", "--fixture-dir", str(tmp_path),
-                     "--impl", "swap_states@0.33.0=vllm_hotpaths.swap_states.fast:MemmoveSwap033")
+                     "--impl", "swap_states@0.27.0=vllm_hotpaths.swap_states.fast:MemmoveSwap033")
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:]
     assert not (tmp_path / "swap_states").exists()

@@ -111,7 +111,7 @@ def views_of(batch) -> _Views:
 
 class MemmoveSwap:
     """`factory(moves)`, like the reference: `moves.SWAP` / `moves.UNIDIRECTIONAL` are recorded.
-    vLLM 0.16.0's semantics; `MemmoveSwap022` and `MemmoveSwap033` those of 0.22.0 and 0.33.0."""
+    vLLM 0.16.0's semantics (to 0.18.1); `MemmoveSwap022` and `MemmoveSwap033` those of 0.19.0 and 0.27.0 on."""
 
     CLEARS_VACATED_BLOCKS = False
 

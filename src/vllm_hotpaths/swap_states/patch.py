@@ -1,7 +1,7 @@
 """Installs the fast `swap_states` / `condense` into vLLM's `InputBatch`.
 
 The implementation is the fast variant whose reference the installed vLLM is checked against
-(0.22.x: `memmove@0.22.0`; 0.33.x: `memmove@0.33.0`): it writes what upstream writes, whole
+(0.19.0 to 0.26.0: `memmove@0.19.0`; from 0.27.0: `memmove@0.27.0`): it writes what upstream writes, whole
 arrays bit for bit, and keeps nothing on the batch.
 A batch the fast path does not support (0.33's ReplaySSM state) goes to upstream's methods, as
 does every call whose rows upstream would accept but the fast path refuses (it refuses before

@@ -1,11 +1,11 @@
-"""Frozen references: vLLM 0.16.0's, 0.22.0's and 0.33.0's `swap_states` and `condense`, with the
+"""Frozen references: vLLM 0.16.0's, 0.19.0's and 0.27.0's `swap_states` and `condense`, with the
 allowed-token mask moved as intended.
 
 They write exactly the array regions the version writes, so whole arrays agree with it: 0.16.0
-swaps whole `max_model_len` rows of `token_ids_cpu` and `is_token_ids`; 0.22.0 and 0.33.0 swap
+swaps whole `max_model_len` rows of `token_ids_cpu` and `is_token_ids`; 0.19.0 and 0.27.0 swap
 columns `[0, max(A1, A2))` only, with A a row's active count taken before the swap. Block-table
 rows are swapped whole and moved by their first `num_blocks_per_row` ids. Two upstream bugs are not reproduced:
-0.16/0.22 swap the allowed-token mask rows by assigning row views to each other, so both rows end
+0.16-0.30 swap the allowed-token mask rows by assigning row views to each other, so both rows end
 up with the second row's mask (vLLM PR #48419), and condense leaves the moved request's mask in
 the vacated row, where the next request without allowed ids inherits it (vLLM issue #43894).
 Here the mask rows are exchanged, and condense clears the row it vacates. The known-divergence
@@ -22,7 +22,7 @@ class FullRowSwap:
     """`factory(moves)`: `moves` has the `SWAP` and `UNIDIRECTIONAL` members recorded in
     `batch.batch_update_builder.moved` (vLLM's `MoveDirectionality` for vLLM's batch)."""
 
-    CLEARS_VACATED_BLOCKS = False  # 0.33: condense zeroes the block-table row it vacates
+    CLEARS_VACATED_BLOCKS = False  # from 0.27: condense zeroes the block-table row it vacates
 
     def __init__(self, moves) -> None:
         self.moves = moves
@@ -142,7 +142,7 @@ def _swap_items(array, i1: int, i2: int) -> None:
 
 
 class MaxPrefixSwap(FullRowSwap):
-    """vLLM 0.22.0: token rows swapped over `[0, max(A1, A2))` (vLLM PR #34733). The maximum is the
+    """vLLM 0.19.0 on: token rows swapped over `[0, max(A1, A2))` (vLLM PR #34733). The maximum is the
     same before and after the per-row counts are exchanged."""
 
     def _swapped_columns(self, batch, i1: int, i2: int) -> int:
@@ -150,7 +150,7 @@ class MaxPrefixSwap(FullRowSwap):
 
 
 class MaxPrefixSwap033(MaxPrefixSwap):
-    """vLLM 0.33.0: as 0.22.0 (0.33 fixed both mask bugs), and condense zeroes the block-table row
-    it vacates (upstream: dummy-run batches read stale rows as Mamba state slots)."""
+    """vLLM 0.27.0 on: as 0.19.0, and condense zeroes the block-table row it vacates (0.31.0
+    also fixed both mask bugs, which no reference copies) (upstream: dummy-run batches read stale rows as Mamba state slots)."""
 
     CLEARS_VACATED_BLOCKS = True

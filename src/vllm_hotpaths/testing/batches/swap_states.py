@@ -1,7 +1,7 @@
 """A standalone `InputBatch`: the fields swap and condense touch, under vLLM's names.
 
 Requests arrive as `Request`s and are added, removed, given drafts and tokens the way vLLM's
-`InputBatch` of the given version (0.16.0, 0.22.0, 0.33.0) does it (`add_request`,
+`InputBatch` of the given version does it (`add_request`,
 `remove_request`, `update_req_spec_token_ids`, the model runner appending sampled ids), so a
 property can drive this state and vLLM's own `InputBatch` through the same operations and
 compare them. `swap_states` and `condense` are not methods here: they are the hot path's
@@ -18,7 +18,7 @@ import torch
 from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.think_budget import Move
 
-_V022, _V033 = version_key("0.22.0"), version_key("0.33.0")
+_V019, _V021, _V031 = version_key("0.19.0"), version_key("0.21.0"), version_key("0.31.0")
 
 
 @dataclass(eq=False)
@@ -121,10 +121,10 @@ class BatchState:
         self.is_pooling_model = is_pooling_model
         # Where vLLM's own add / remove / drafts differ by version (not swap or condense):
         version = version_key(vllm_version)
-        self.mixed_prompts = version >= _V022  # 0.16 has no mixed token/embedding prompts
-        self.removal_clears_blocks = version >= _V022  # 0.16 leaves a removed request's block ids
-        self.drafts_mark_token_ids = version >= _V022  # 0.16 leaves is_token_ids of draft positions
-        self.removal_drops_embeds = version >= _V033  # 0.22 keeps them under the row index
+        self.mixed_prompts = version >= _V021  # before 0.21: no mixed token/embedding prompts
+        self.removal_clears_blocks = version >= _V019  # before 0.19: a removed request's block ids stay
+        self.drafts_mark_token_ids = version >= _V021  # before 0.21: is_token_ids of drafts stay
+        self.removal_drops_embeds = version >= _V031  # before 0.31: kept under the row index
         self._req_ids: list[str | None] = []
         self.req_id_to_index: dict[str, int] = {}
         self.req_output_token_ids: list[list[int] | None] = []
