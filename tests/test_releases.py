@@ -88,3 +88,23 @@ def test_gate_for_a_version_that_is_not_a_release_says_so_in_one_line(run_cli, t
     assert result.returncode == 2
     assert words in result.stdout
     assert not (tmp_path / "gate-report.json").exists()
+
+
+def test_the_ci_fan_out_lists_the_releases_to_gate(tmp_path, monkeypatch, capsys):
+    """What the GPU pipelines' first job runs: the releases as a JSON list (a GitHub Actions
+    matrix) or as Buildkite steps, all of them or those the validated file lacks."""
+    import json
+
+    monkeypatch.setattr(releases, "index_releases", lambda python=None: INDEX)
+    validated = tmp_path / "validated.json"
+    validated.write_text(json.dumps({"penalties": {"0.16.0": {}, "0.22.0": {}}, "swap_states": {"0.33.0": {}}}))
+    assert releases.main(["releases", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == INDEX[1:]
+    assert releases.main(["releases", "--json", "--unvalidated", str(validated)]) == 0
+    assert json.loads(capsys.readouterr().out) == ["0.17.0", "0.23.0"]
+    assert releases.main(["buildkite", "--unvalidated", str(validated)]) == 0
+    steps = capsys.readouterr().out
+    assert steps.count("command: bash ci/gpu/gate-ci.sh") == 2 and 'VLLM_VERSION: "0.23.0"' in steps
+    validated.write_text(json.dumps({"penalties": {v: {} for v in INDEX}}))
+    assert releases.main(["buildkite", "--unvalidated", str(validated)]) == 0
+    assert capsys.readouterr().out.strip() == "steps: []"

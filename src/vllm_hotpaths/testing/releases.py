@@ -231,27 +231,61 @@ def held_pins() -> list[str]:
     return found
 
 
+def unvalidated(releases: list[str], validated: Path) -> list[str]:
+    """The releases that the validated file (the plugin's `validated.json`) has no entry for."""
+    recorded = json.loads(validated.read_text()) if validated.exists() else {}
+    known = {version for versions in recorded.values() for version in versions}
+    return [v for v in releases if v not in known]
+
+
+def buildkite_steps(releases: list[str]) -> str:
+    """A Buildkite pipeline with one GPU gate step per release (`buildkite-agent pipeline upload`)."""
+    lines = ["steps:"]
+    for version in releases:
+        lines += [f'  - label: ":vllm: gate vLLM {version} (CUDA)"', "    command: bash ci/gpu/gate-ci.sh",
+                  "    env:", f'      VLLM_VERSION: "{version}"', "      PROFILE: gate",
+                  "      ARTIFACTS: artifacts", "    agents:", "      queue: gpu", "    timeout_in_minutes: 240",
+                  "    artifact_paths:", '      - "artifacts/**/*"']
+    return "\n".join(lines if releases else ["steps: []"])
+
+
 def main(argv: list[str]) -> int:
     """`python -m vllm_hotpaths.testing.releases requirements X.Y.Z`: the release's CPU
-    requirements, one a line (what ci/install.sh installs); `releases`: the gateable releases;
-    `pins`: torch and Triton as installed here (ci/install.sh holds them while it installs)."""
+    requirements, one a line (what ci/install.sh installs); `pins`: torch and Triton as installed
+    here (ci/install.sh holds them while it installs); `releases [--json] [--unvalidated FILE]`:
+    the gateable releases on the index (only those FILE has no entry for), one a line or as a JSON
+    list (a GitHub Actions matrix); `buildkite [--unvalidated FILE]`: the same as Buildkite steps."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m vllm_hotpaths.testing.releases")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("requirements").add_argument("version")
+    sub.add_parser("pins")
+    for name in ("releases", "buildkite"):
+        command = sub.add_parser(name)
+        command.add_argument("--unvalidated", metavar="FILE", type=Path,
+                             help="only the releases this validated file has no entry for")
+        if name == "releases":
+            command.add_argument("--json", action="store_true", help="a JSON list")
+    args = parser.parse_args(argv)
     try:
-        if argv[:1] == ["requirements"] and len(argv) == 2:
-            kept, left_out = requirements(argv[1])
+        if args.command == "requirements":
+            kept, left_out = requirements(args.version)
             print("\n".join(kept))
             print(f"# left out (GPU-only): {', '.join(left_out)}", file=sys.stderr)
-            return 0
-        if argv == ["pins"]:
+        elif args.command == "pins":
             print("\n".join(held_pins()))
-            return 0
-        if argv == ["releases"]:
-            print("\n".join(gateable(index_releases())))
-            return 0
+        else:
+            found = gateable(index_releases())
+            found = unvalidated(found, args.unvalidated) if args.unvalidated else found
+            if args.command == "buildkite":
+                print(buildkite_steps(found))
+            else:
+                print(json.dumps(found) if args.json else "\n".join(found))
     except ReleaseError as err:
         print(f"releases: {err}", file=sys.stderr)
         return 2
-    print("usage: python -m vllm_hotpaths.testing.releases requirements X.Y.Z | releases | pins", file=sys.stderr)
-    return 2
+    return 0
 
 
 if __name__ == "__main__":
