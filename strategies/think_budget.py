@@ -112,7 +112,7 @@ def long_outputs(config: dict, ids: st.SearchStrategy[int]) -> st.SearchStrategy
 def budgets(version: str) -> st.SearchStrategy[int | None]:
     valid = st.one_of(st.none(), st.just(-1), st.sampled_from(BUDGET_EDGES), st.integers(0, 6))
     valid = st.one_of(st.none(), valid)  # untracked rows often, for swaps with tracked ones
-    if version_key(version) < version_key("0.33.0"):  # 0.22 runs the machine on any integer
+    if version_key(version) < version_key("0.23.0"):  # before 0.23 the machine runs on any integer
         return st.one_of(valid, st.integers(-4, -2))
     return valid
 
@@ -190,9 +190,9 @@ class ThinkDraws:
 
 # -- bad configuration -----------------------------------------------------------------------------
 def invalid_budgets(version: str) -> st.SearchStrategy:
-    """What the version refuses: 0.22 takes every integer; 0.33 takes -1 (unlimited) and >= 0."""
+    """What the version refuses: before 0.23 every integer is taken; from 0.23 -1 (unlimited) and >= 0."""
     wrong_type = st.one_of(st.booleans(), st.sampled_from((0.0, 2.5, -1.0, 1e9)))
-    if version_key(version) < version_key("0.33.0"):
+    if version_key(version) < version_key("0.23.0"):
         return wrong_type
     return st.one_of(wrong_type, st.integers(-2**40, -2), st.just(-2))
 
@@ -200,11 +200,11 @@ def invalid_budgets(version: str) -> st.SearchStrategy:
 @st.composite
 def bad_configs(draw, version: str, vllm_detectable: bool = False) -> BadConfig:
     """`vllm_detectable`: only what the installed vLLM itself fails on (an end id >= the vocab
-    size, hit when it is forced; budgets that 0.33's SamplingParams refuses)."""
+    size, hit when it is forced; budgets that SamplingParams refuses from 0.23)."""
     vocab = draw(st.sampled_from((10, 12, 33)))
     start, end = draw(st.sampled_from([s for s in MARKER_SHAPES if s[0] and s[1]]))
     kinds = ["marker"]
-    if version_key(version) >= version_key("0.33.0") or not vllm_detectable:
+    if version_key(version) >= version_key("0.23.0") or not vllm_detectable:
         kinds.append("budget")
     what = draw(st.sampled_from(kinds))
     budget = 0 if vllm_detectable else draw(st.integers(0, 3))  # 0: the end marker is forced at once

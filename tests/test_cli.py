@@ -204,3 +204,10 @@ def test_a_version_before_mrv2s_thinking_budget_says_what_vllm_does_instead():
     assert "fails at start-up" in hotpath.absence("0.22.0") and "warns" not in hotpath.absence("0.22.0")
     assert "warns at start-up" in hotpath.absence("0.25.0") and "refuses each request" in hotpath.absence("0.25.0")
     assert hotpath.absence("0.16.0") == "vLLM 0.16.0 has no think_budget_mrv2 (it is there from 0.28.0)"
+
+
+def test_a_release_before_the_thinking_budget_holder_says_what_it_has_instead():
+    hotpath = registry.get("think_budget")
+    assert not hotpath.exists_in("0.20.2") and hotpath.exists_in("0.21.0")
+    assert "no thinking budget" in hotpath.absence("0.18.1")
+    assert "logits processor" in hotpath.absence("0.19.0") and "logits processor" in hotpath.absence("0.20.2")

@@ -53,9 +53,9 @@ def test_versions_order_like_pip():
     assert version_key("0.22.0rc1") < version_key("0.22.0") < version_key("0.22.0.post1")
     assert version_key("0.9.2") < version_key("0.22.0") < version_key("0.22.1+cu130")
     think_budget = get("think_budget")
-    assert think_budget.reference_version_for("0.22.0+cpu") == "0.22.0"
-    assert think_budget.reference_version_for("0.23.0") == "0.22.0"
-    assert think_budget.reference_version_for("0.33.0rc1") == "0.22.0"
+    assert think_budget.reference_version_for("0.22.0+cpu") == "0.21.0"
+    assert think_budget.reference_version_for("0.23.0") == "0.23.0"
+    assert think_budget.reference_version_for("0.33.0rc1") == "0.23.0"
     with pytest.raises(LookupError, match="no reference for vLLM 0.16.0"):
         think_budget.reference_version_for("0.16.0")
 
@@ -67,7 +67,7 @@ def test_drift_names_only_matching_changes():
     assert older_reference_version("swap_states", "0.33.0") == "0.19.0"
     assert older_reference_version("swap_states", "0.22.0") == "0.16.0"
     assert older_reference_version("swap_states", "0.16.0") is None
-    assert older_reference_version("think_budget", "0.33.1") == "0.22.0"
+    assert older_reference_version("think_budget", "0.33.1") == "0.23.0"
     condensed = SwapProgram(2, 9, 2, (1,), False, (("add", 0, 0, 9, 0, 0, 0, 1, False, 0, 0, 0),
                                                     ("remove", 0), ("condense",)))
     links = lambda entries: {e.link.rsplit("/", 1)[-1] for e in entries}  # noqa: E731

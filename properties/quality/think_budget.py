@@ -1,6 +1,6 @@
 """Deliberately wrong thinking-budget candidates: each must be caught by the `ci` profile.
 
-Run one with `pytest properties/test_<law>.py -k think_budget --impl think_budget@0.22.0=properties.quality.think_budget:NAME`
+Run one with `pytest properties/test_<law>.py -k think_budget --impl think_budget@0.21.0=properties.quality.think_budget:NAME`
 (the law its `MUTANTS` entry names); `tests/test_quality.py` runs them all and requires a failure
 with a written fixture.
 
@@ -213,26 +213,31 @@ class FirstRepeatedRow(WatermarkThinkBudget):
 
 # mutant -> (the reference version it targets, the law expected to catch it: properties/test_<law>.py)
 MUTANTS = {
-    "PrimeRLWatermark": ("0.22.0", "equivalence"),
+    "PrimeRLWatermark": ("0.21.0", "equivalence"),
     "PrimeRLWatermark033": ("0.33.0", "equivalence"),
-    "NoOverlap": ("0.22.0", "equivalence"),
-    "AppendOnlyWatermark": ("0.22.0", "equivalence"),
-    "SwapFixIn022": ("0.22.0", "equivalence"),
-    "CommittedRowsIn022": ("0.22.0", "equivalence"),
-    "BonusPassForcesInsideDrafts": ("0.22.0", "equivalence"),
+    "NoOverlap": ("0.21.0", "equivalence"),
+    "AppendOnlyWatermark": ("0.21.0", "equivalence"),
+    "SwapFixIn022": ("0.21.0", "equivalence"),
+    "CommittedRowsIn022": ("0.21.0", "equivalence"),
+    "BonusPassForcesInsideDrafts": ("0.21.0", "equivalence"),
     "ForcesInfinity": ("0.33.0", "equivalence"),
     "AcceptsNegativeBudget033": ("0.33.0", "errors"),
     "NoVocabCheck": ("0.33.0", "errors"),
-    "MarkerTablePrefilter": ("0.22.0", "equivalence"),
-    "SearchWindow256": ("0.22.0", "equivalence"),
-    "TwoTokenCarry": ("0.22.0", "equivalence"),
-    "MovesBeforeAdds": ("0.22.0", "equivalence"),
-    "FirstRepeatedRow": ("0.22.0", "equivalence"),
+    "MarkerTablePrefilter": ("0.21.0", "equivalence"),
+    "SearchWindow256": ("0.21.0", "equivalence"),
+    "TwoTokenCarry": ("0.21.0", "equivalence"),
+    "MovesBeforeAdds": ("0.21.0", "equivalence"),
+    "FirstRepeatedRow": ("0.21.0", "equivalence"),
 }
 
 # Caught by the `ci` profile on most seeds, not all (fresh seeds, 150 examples: NoOverlap and
 # AppendOnlyWatermark 6 of 6, BonusPassForcesInsideDrafts 4 of 6): the quality set runs them with
 # the `quality` profile (600 examples).
 NEED_MORE_EXAMPLES = {"NoOverlap", "AppendOnlyWatermark", "BonusPassForcesInsideDrafts",
-                      "MarkerTablePrefilter", "SearchWindow256"}
+                      "MarkerTablePrefilter"}
+
+# Not reached by generation on every draw: a marker deeper than 256 tokens in an output that joins
+# the batch needs a long resumed output, which the `quality` draw seeded by the 0.21.0 key does not
+# make (the draw seeded by the earlier 0.22.0 key did). Its committed fixture catches it.
+CAUGHT_BY_FIXTURE = {"SearchWindow256": "ThinkProgram-e5cb42ab2c7f"}
 

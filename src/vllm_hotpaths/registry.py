@@ -248,6 +248,14 @@ THINK_BUDGET_MRV2_CONTRACT = Contract(
     ),
 )
 
+# v1's thinking budget before the holder (read in each release's source: docs/release-changes.md).
+THINK_BUDGET_BEFORE = (
+    ("0.16.0", "no thinking budget: SamplingParams has no thinking_token_budget"),
+    ("0.19.0", "budgets are enforced by a logits processor (ThinkingTokenBudgetLogitsProcessor, "
+               "v1/sample/logits_processor/builtin.py), before the penalties and without speculative "
+               "decoding; not checked by this suite"),
+)
+
 # Model Runner V2 and a thinking budget before 0.28 (read in each version's config and engine).
 THINK_BUDGET_MRV2_BEFORE = (
     ("0.22.0", "Model Runner V2 refuses a thinking budget: an engine with a reasoning config runs on Model "
@@ -295,15 +303,18 @@ HOTPATHS: dict[str, HotPath] = {
         name="think_budget",
         upstream="vllm.v1.sample.thinking_budget_state.ThinkingBudgetStateHolder",
         contract=THINK_BUDGET_CONTRACT,
-        references={"0.22.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference",
+        references={"0.21.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference",
+                    "0.23.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference023",
                     "0.33.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference033"},
-        fast={"watermark@0.22.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget", "0.22.0"),
+        fast={"watermark@0.21.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget", "0.21.0"),
+              "watermark@0.23.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget023", "0.23.0"),
               "watermark@0.33.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget033", "0.33.0")},
         live="vllm_hotpaths.testing.live.think_budget:LiveThinkBudget",
         bench="vllm_hotpaths.testing.bench.think_budget:run",
         patch="vllm_hotpaths.think_budget.patch:install",
         checks="vllm_hotpaths.testing.cases.think_budget:ThinkBudgetChecks",
-        since="0.22.0",  # 0.16 has no thinking budget
+        since="0.21.0",  # the holder; before it, see THINK_BUDGET_BEFORE
+        before_since=THINK_BUDGET_BEFORE,
     ),
     "swap_states": HotPath(
         name="swap_states",

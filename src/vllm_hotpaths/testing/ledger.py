@@ -257,8 +257,8 @@ LEDGER += [
                 "and stripped them again",
         affects=lambda case: case.num_spec_tokens > 0 and bool(_ops(case, "drafts")) and _no_negative_budget(case),
     ),
-    _change_in_033(
-        "think_budget", "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/sampling_params.py#L65",
+    _change_from(
+        "0.23.0", "think_budget", "https://github.com/vllm-project/vllm/blob/v0.23.0/vllm/sampling_params.py#L34",
         summary="SamplingParams turns a thinking budget of -1 into None (no state is tracked; 0.22 "
                 "kept an inert -1 state) and refuses other negative budgets",
         affects=lambda case: any(add.budget is not None and add.budget < 0 for add in _ops(case, "add")),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from typing import Sequence
 
-from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference033,
+from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference023, ThinkBudgetReference033,
                                                   find_last)
 from vllm_hotpaths.tracked_list import TrackedTokenList
 
@@ -147,11 +147,15 @@ class _WatermarkHooks:
 
 
 class WatermarkThinkBudget(_WatermarkHooks, ThinkBudgetReference):
-    """vLLM 0.22.0 semantics."""
+    """vLLM 0.21.0 semantics (to 0.22.1)."""
 
     def _committed_length(self, state: dict, row: Sequence[int]) -> int:
         spec_len = len(state["spec_token_ids"])  # 0.22 strips the drafts' count (no copy here)
         return len(row) - spec_len if spec_len and len(row) >= spec_len else len(row)
+
+
+class WatermarkThinkBudget023(WatermarkThinkBudget, ThinkBudgetReference023):
+    """vLLM 0.23.0 semantics: 0.21.0's, budgets validated."""
 
 
 class WatermarkThinkBudget033(_WatermarkHooks, ThinkBudgetReference033):

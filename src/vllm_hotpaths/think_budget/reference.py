@@ -37,9 +37,9 @@ def find_last(tokens: Sequence[int], marker: Sequence[int], offset: int = 0, sto
 
 
 class ThinkBudgetReference:
-    """vLLM 0.22.0."""
+    """vLLM 0.21.0, the first release with the holder (checked on 0.21.0 to 0.22.1)."""
 
-    version = "0.22.0"
+    version = "0.21.0"
     STATE_KEYS = (
         "in_think", "in_end", "check_count_down", "think_count", "end_count",
         "thinking_token_budget", "prev_output_length", "spec_token_ids", "force_index",
@@ -340,15 +340,11 @@ def normalized_states(rows: dict[int, dict], keys: Sequence[str]) -> dict[int, d
     return normalized
 
 
-class ThinkBudgetReference033(ThinkBudgetReference):
-    """vLLM 0.33.0: committed outputs, `scan_offset`, resets on every way out of a think block,
-    the early natural-end exit, the SWAP fix and budget validation."""
-
-    version = "0.33.0"
-    STATE_KEYS = ThinkBudgetReference.STATE_KEYS + ("scan_offset",)
+class _ValidatedBudget:
+    """From 0.23.0, `SamplingParams` validates the budget (`validate_thinking_token_budget`): -1
+    means unlimited (no entry), other negatives are refused."""
 
     def _budget(self, index: int, budget) -> int | None:
-        # SamplingParams validation: -1 means unlimited (no entry), other negatives are refused.
         budget = super()._budget(index, budget)
         if budget == -1:
             return None
@@ -356,6 +352,20 @@ class ThinkBudgetReference033(ThinkBudgetReference):
             raise InvalidBudget(f"row {index}: thinking_token_budget must be a non-negative "
                                 f"integer or -1 for unlimited, got {budget}")
         return budget
+
+
+class ThinkBudgetReference023(_ValidatedBudget, ThinkBudgetReference):
+    """vLLM 0.23.0: the 0.21.0 holder, budgets validated by SamplingParams."""
+
+    version = "0.23.0"
+
+
+class ThinkBudgetReference033(_ValidatedBudget, ThinkBudgetReference):
+    """vLLM 0.33.0: committed outputs, `scan_offset`, resets on every way out of a think block,
+    the early natural-end exit, the SWAP fix and budget validation."""
+
+    version = "0.33.0"
+    STATE_KEYS = ThinkBudgetReference.STATE_KEYS + ("scan_offset",)
 
     def _swap(self, i1: int, i2: int) -> None:
         first, second = self.rows.pop(i1, None), self.rows.pop(i2, None)

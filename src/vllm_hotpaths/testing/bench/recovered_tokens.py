@@ -13,7 +13,7 @@ For each shape, without and with draft probabilities, side by side in one run:
   generators), host work included: `do_bench` on the call (no graph), and "wall", a loop of
   WALL_CALLS calls over the copies ended by one synchronize. "seeded" is the do_bench call with
   every SEEDED_EVERY-th request drawing from its own generator.
-- reference: the 0.16.0 and 0.22.0 reference kernels of this project (the upstream kernels'
+- reference: the 0.16.0 and 0.17.0 reference kernels of this project (the upstream kernels'
   structure, frozen), timed as "kernel"; labelled "reference", never "upstream".
 
 The floor is the bytes read once (target and draft probabilities, one noise row per request)
@@ -36,6 +36,8 @@ SEEDED_EVERY = 4
 UPSTREAM_BLOCK = 8192  # vLLM 0.22's BLOCK_SIZE for sample_recovered_tokens_kernel
 MEASURES = ("kernel", "call", "wall", "seeded")
 
+
+REFERENCE_VERSIONS = ("0.16.0", "0.17.0")  # division, then the reciprocal (PR #34974)
 
 def device_time(make_launch, copies: list[dict]) -> float:
     """Seconds per call of the launches `make_launch(args)` returns, from a CUDA graph."""
@@ -248,7 +250,7 @@ def run(device: str = "cuda", quick: bool = False) -> list[dict]:
                 records.append(dict(common, case=f"{measure}: {upstream_label} vs split-vocab, draft probs {draft}",
                                     measure=measure, baseline="upstream", baseline_label=upstream_label,
                                     upstream_s=base_s, fast_s=fast_s, ratio=base_s / fast_s))
-            for ref_version in ("0.16.0", "0.22.0"):
+            for ref_version in REFERENCE_VERSIONS:
                 ref = hotpath.reference(ref_version)(device)
                 fast = hotpath.fast_for(ref_version)(device)
                 _same(fast.recover(**args), ref.recover(**args), f"{ref_version} reference ids")
@@ -267,7 +269,7 @@ def run(device: str = "cuda", quick: bool = False) -> list[dict]:
                 return f"{base_s * 1e6:7.1f} {fast_s * 1e6:7.1f} {base_s / fast_s:5.2f}x"
 
             print(f"{batch:>4} {drafts:>2} {vocab:>7} {draft:>5} {floor * 1e6:6.1f}u | "
-                  + " | ".join(cell(k) for k in (*MEASURES, "0.16.0", "0.22.0")))
+                  + " | ".join(cell(k) for k in (*MEASURES, *REFERENCE_VERSIONS)))
     print("times in us: baseline, fast, baseline / fast; kernel = CUDA graph over input copies; call/seeded = "
           f"do_bench of whole calls; wall = mean of {WALL_CALLS} calls, one synchronize")
     return records

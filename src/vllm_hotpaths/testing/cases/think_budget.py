@@ -97,10 +97,10 @@ class BadConfig:
 
 
 def takes_budgets(version: str, program: ThinkProgram) -> bool:
-    """Whether the version's SamplingParams takes every budget the program adds (0.22 takes any
-    integer; 0.33 only None, -1 and >= 0): a program written on one version may not be replayable
+    """Whether the version's SamplingParams takes every budget the program adds (before 0.23 any
+    integer; from 0.23 only None, -1 and >= 0): a program written on one version may not be replayable
     against the other's vLLM, whose refusal `test_vllm_rejects_what_the_reference_rejects` checks."""
-    if version_key(version) < version_key("0.33.0"):
+    if version_key(version) < version_key("0.23.0"):
         return True
     return all(add.budget is None or add.budget >= -1 for add in OPS.of(program, "add"))
 
@@ -678,7 +678,7 @@ def refusal(factory, case: BadConfig, device="cpu") -> str:
 def refused_by(version: str, case: BadConfig) -> bool:
     budget = case.budget
     wrong_type = isinstance(budget, bool) or not isinstance(budget, int)
-    return case.what == "marker" or wrong_type or version_key(version) >= version_key("0.33.0")
+    return case.what == "marker" or wrong_type or version_key(version) >= version_key("0.23.0")
 
 
 # -- vLLM with the plugin's patch ------------------------------------------------------------------
