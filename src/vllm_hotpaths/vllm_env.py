@@ -50,6 +50,10 @@ def set_cpu_environment() -> None:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # vLLM's "no driver: disable Triton" check
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of the CPU sampler
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from vllm_hotpaths import libdevice_cpu
+
+        libdevice_cpu.install()  # vLLM's kernels call libdevice log1p from 0.24
 
 
 def _cpu_platform():

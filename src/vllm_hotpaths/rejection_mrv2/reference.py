@@ -13,9 +13,8 @@ reductions, lowest-lane ties) and in the interpreter NumPy runs the same operati
    noise keyed by `randint(seed, pos)` and the token; 0.33: a murmur3 hash of (seed, pos, token));
 4. per request: the argmax over the blocks' maxima (0.33 first maps a NaN maximum to -inf).
 
-0.33's residual with draft logits uses libdevice `log1p`, which Triton's interpreter does not
-provide (upstream's own kernel fails there too): on CPU that case raises
-`InterpreterLacksLog1p`, and the checks leave it to CUDA.
+0.33's residual with draft logits uses libdevice `log1p`, as upstream's kernel does; on CPU,
+Triton's interpreter runs it through `vllm_hotpaths.libdevice_cpu` (the GPU's function, bit for bit).
 """
 
 from __future__ import annotations
@@ -28,10 +27,6 @@ from vllm_hotpaths.rejection_mrv2 import InvalidRejectionInput, check_inputs, fi
 
 STATS_BLOCK = 8192
 RESAMPLE_BLOCK = 1024
-
-
-class InterpreterLacksLog1p(InvalidRejectionInput):
-    """0.33's residual with draft logits on CPU: Triton's interpreter has no libdevice log1p."""
 
 
 @triton.jit
@@ -318,9 +313,6 @@ class RejectionSampler022:
         if target_logits.device.type != self.device.type:
             raise InvalidRejectionInput(f"inputs are on {target_logits.device}, the sampler on {self.device}")
         has_draft = draft_logits is not None
-        if self.V033 and has_draft and target_logits.device.type == "cpu":
-            raise InterpreterLacksLog1p("vLLM 0.33's residual with draft logits uses libdevice log1p, which "
-                                        "Triton's interpreter lacks: it runs on CUDA only")
         return self._run(target_logits, draft_logits if has_draft else target_logits, has_draft, draft_sampled,
                          cu_num_logits, pos, idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
                          seed, num_speculative_steps)

@@ -14,8 +14,7 @@ A `RejectionCase` is plain data (its repr is valid Python, its JSON is a fixture
       shape; draft rows are slot * steps + step): specials, engineered near-ties.
 
 `RejectionChecks` is what the generic laws run: conformance bit for bit on the sampled ids and
-counts (on CPU, vLLM 0.33's residual with draft logits is left out: upstream's kernel calls
-libdevice log1p, which Triton's interpreter lacks), and, through `V1OnRejection`, the
+counts (on CPU, libdevice log1p in the interpreter is `vllm_hotpaths.libdevice_cpu`), and, through `V1OnRejection`, the
 runner-change law: v1's acceptance rule and `sample_recovered_tokens` reference given the same
 uniforms.
 """
@@ -27,15 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from packaging.version import Version
 
 from vllm_hotpaths.testing.cases import note, seeded_logits
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 
 SPECIAL_LOGITS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 3.4e38, -3.4e38, 1.0, -1.0)
 BOOST, DRAFT_BOOST = 16.0, 8.0
-CPU_LOG1P_SKIP = ("vLLM 0.33's residual with draft logits runs only on CUDA: upstream's kernel calls libdevice "
-                  "log1p, which Triton's interpreter lacks")
 
 
 @dataclass(frozen=True)
@@ -103,11 +99,6 @@ def _edit(values: np.ndarray, edits) -> None:
             values[row % rows, lane % lanes] = value
 
 
-def runs_on(case: RejectionCase, device, version: str) -> bool:
-    """Whether vLLM `version`'s code runs `case` on `device` (see CPU_LOG1P_SKIP)."""
-    return not (case.draft_logits and str(device).startswith("cpu") and Version(version) >= Version("0.33.0"))
-
-
 def sample(impl, case: RejectionCase, device):
     """(sampled, num_sampled), or the InvalidRejectionInput raised."""
     from vllm_hotpaths.rejection_mrv2 import InvalidRejectionInput
@@ -156,9 +147,6 @@ class RejectionChecks(Checks):
         return rejection_cases()
 
     def agree(self, case: RejectionCase, expected: Side, actual: Side, device, log: CaseLog) -> None:
-        if not all(runs_on(case, device, side.version) for side in (expected, actual)):
-            note(f"skipped: {CPU_LOG1P_SKIP}")
-            return
         assert_same_samples(case, expected, actual, device)
 
     def v1_counterpart(self, vllm_version: str) -> Side:
