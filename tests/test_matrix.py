@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_hotpaths import registry
 from vllm_hotpaths.testing import fingerprint, matrix, releases
 
 INDEX = ["0.15.1", "0.16.0", "0.17.0", "0.22.0", "0.22.1", "0.23.0", "0.33.0"]
@@ -20,11 +21,30 @@ def test_ranges_and_single_releases_are_read_from_the_index():
 
 def test_the_suite_segments_releases_where_its_own_code_names_a_version(pytestconfig):
     boundaries = matrix.suite_boundaries(pytestconfig.rootpath)
-    assert {"0.16.0", "0.22.0", "0.28.0", "0.33.0"} <= set(boundaries)
-    assert matrix.segment("0.22.1", boundaries) == matrix.segment("0.22.0", boundaries) == "0.22.0"
-    assert matrix.segment("0.17.1", boundaries) == "0.17.0"  # the reciprocal reference's key
-    assert matrix.segment("0.16.0", boundaries) == "0.16.0"
-    assert matrix.segment("0.33.0", boundaries) == "0.33.0"
+    assert set(boundaries) == set(registry.HOTPATHS)
+    recovered = boundaries["recovered_tokens"]
+    assert matrix.segment("0.17.1", recovered) == "0.17.0"  # the reciprocal reference's key
+    assert matrix.segment("0.16.0", recovered) == "0.16.0"
+    for name, versions in boundaries.items():
+        assert set(registry.get(name).references) <= set(versions), name
+        assert matrix.segment(versions[-1], versions) == versions[-1]
+    # Another hot path's reference keys do not split this one's releases.
+    assert "0.17.0" not in boundaries["penalties"] and "0.27.0" not in boundaries["penalties"]
+
+
+def test_a_version_named_in_a_hot_paths_own_file_segments_that_hot_path_only(pytestconfig, tmp_path):
+    import shutil
+
+    for folder in matrix.PACKAGES.values():
+        shutil.copytree(pytestconfig.rootpath / folder, tmp_path / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "regressions"))
+    before = matrix.boundaries_in(tmp_path)
+    strategy = tmp_path / "strategies" / "recovered_tokens.py"
+    strategy.write_text(strategy.read_text() + '\nPLANTED = "0.29.0"\n')
+    after = matrix.boundaries_in(tmp_path)
+    assert "0.29.0" in after["recovered_tokens"] and "0.29.0" not in before["recovered_tokens"]
+    assert after["penalties"] == before["penalties"]
+    assert matrix.segment("0.30.0", after["recovered_tokens"]) != matrix.segment("0.28.0", after["recovered_tokens"])
 
 
 def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp_path, pytestconfig, capsys):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,15 +32,85 @@ from vllm_hotpaths.testing import fingerprint, release_changes, releases, runner
 STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
 
 
-def suite_boundaries(root: Path) -> list[str]:
-    """Every vLLM version this suite's own code names (reference keys, ledger ranges, version
-    branches in adapters and cases): where its checks may change from one release to the next."""
+VERSION_LITERAL = re.compile(r"""["'](\d+\.\d+\.\d+)["']""")
+IMPORT = re.compile(r"^\s*from\s+([\w.]+)\s+import\s+\(?([\w, \n]+)\)?|^\s*import\s+([\w.]+)", re.M)
+DATA_FILES = ("registry.py", "ledger.py")  # their versions are read per hot path from their data
+PACKAGES = {"vllm_hotpaths": "src/vllm_hotpaths", "strategies": "strategies", "properties": "properties"}
+
+
+def _owner(path: Path, names) -> str | None:
+    """The hot path a file belongs to: a folder or the file (`test_` dropped) named after it."""
+    parts = set(path.parts[:-1]) | {path.stem.removeprefix("test_")}
+    return next((n for n in names if n in parts), None)
+
+
+def _module_file(root: Path, module: str) -> Path | None:
+    top, _, rest = module.partition(".")
+    if top not in PACKAGES:
+        return None
+    base = root / PACKAGES[top] / rest.replace(".", "/") if rest else root / PACKAGES[top]
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+def _imports(root: Path, text: str) -> set[Path]:
+    """This suite's files that `text` imports (a `from package import module` names a file too)."""
     found = set()
-    for folder in ("src/vllm_hotpaths", "properties", "strategies"):
-        for path in (root / folder).rglob("*.py"):
-            found.update(re.findall(r"""["'](\d+\.\d+\.\d+)["']""", path.read_text()))
+    for package, members, module in IMPORT.findall(text):
+        candidates = [module] if module else [package] + [f"{package}.{m}" for m in re.findall(r"\w+", members)]
+        found |= {f for f in map(lambda m: _module_file(root, m), candidates) if f is not None}
+    return found
+
+
+def boundaries_in(root: Path) -> dict[str, list[str]]:
+    """Per hot path, every vLLM version this suite's own code names for it: where its checks may
+    change from one release to the next. Read in the code importable from here (the suite's own
+    package): the registry entries (reference keys, fast variants' versions, `since`) and ledger
+    entries of the hot path and its v1 counterpart, and the version literals of the files that
+    belong to no hot path, of the two hot paths' own files (by folder or name) and of every file
+    those import."""
+    from vllm_hotpaths.testing import ledger
+
+    names = sorted(registry.HOTPATHS, key=len, reverse=True)  # penalties_mrv2 before penalties
+    files = [p for folder in PACKAGES.values() for p in (root / folder).rglob("*.py") if p.name not in DATA_FILES]
+    texts = {p: p.read_text() for p in files}
+    owned = {p: _owner(p.relative_to(root), names) for p in files}
     first = version_key(releases.FIRST_RELEASE)
-    return sorted((v for v in found if version_key(v) >= first), key=version_key)
+    result = {}
+    for name in registry.HOTPATHS:
+        related = {name, registry.get(name).family}
+        todo = [p for p, owner in owned.items() if owner in related]
+        reached = {p for p, owner in owned.items() if owner is None}
+        while todo:
+            path = todo.pop()
+            if path not in reached:
+                reached.add(path)
+                todo += sorted(_imports(root, texts.get(path, "")) - reached)
+        found = {releases.FIRST_RELEASE}
+        for path in reached:
+            found.update(VERSION_LITERAL.findall(texts.get(path, "")))
+        for hotpath in related:
+            entry = registry.get(hotpath)
+            found.update(entry.references)
+            found.update(version for _, version in entry.fast.values())
+            found.update([entry.since] if entry.since else [])
+            found.update(version for version, _ in entry.before_since)
+        for item in ledger.LEDGER:
+            if item.hotpath in related:
+                found.update(v for v in (item.first_version, item.last_version, item.fixed_in) if v)
+        result[name] = sorted((v for v in found if version_key(v) >= first), key=version_key)
+    return result
+
+
+def suite_boundaries(root: Path) -> dict[str, list[str]]:
+    """`boundaries_in(root)` as the suite at `root` has it (its own package, in a child process:
+    the suite checked may be another checkout than the one running the matrix)."""
+    code = "import json, sys; from pathlib import Path; from vllm_hotpaths.testing import matrix; " \
+           "print(json.dumps(matrix.boundaries_in(Path(sys.argv[1]))))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root)]))
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise releases.ReleaseError(f"could not read the suite's versions in {root}: {done.stderr.strip()[-400:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def segment(version: str, boundaries: list[str]) -> str:
@@ -106,11 +177,11 @@ class Matrix:
         started = time.monotonic()
         python = releases.environment(version, self.root, log=self.log)
         vllm_root = fingerprint.vllm_root_of(python)
-        here = segment(version, self.boundaries)
+        here = {name: segment(version, self.boundaries[name]) for name in self.hotpaths}
         cells, to_run = {}, []
         with self.lock:  # anchors are read while other releases may be writing theirs
             for name in self.hotpaths:
-                shared = self._shared(name, version, here, vllm_root)
+                shared = self._shared(name, version, here[name], vllm_root)
                 if shared is None:
                     to_run.append(name)
                 else:
@@ -126,12 +197,12 @@ class Matrix:
                     "excused": sorted({link for r in rows for link in r["excused"]}),
                     "skip_reasons": sorted({x for r in rows for x in r["skip_reasons"] if "CUDA" not in x}),
                     "fixtures": sorted({r["fixture"] for r in rows if r["fixture"]}),
-                    "rows": len(rows), "shared_with": None, "segment": here,
+                    "rows": len(rows), "shared_with": None, "segment": here[name],
                     "traced": functions, "fingerprint": fingerprint.fingerprint(vllm_root, functions)}
         choice = report["runner_choice"] if report else runner_choice.choices(str(python))
         result = {"version": version, "commit": self.commit, "profile": self.profile,
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "duration_s": round(time.monotonic() - started, 1), "segment": here,
+                  "duration_s": round(time.monotonic() - started, 1),
                   "seed": report["seed"] if report else None, "verdict": report["verdict"] if report else None,
                   "runner_choice": choice, "hotpaths": cells}
         with self.lock:
