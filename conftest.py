@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, Phase, settings
 from vllm_hotpaths.testing import drift
 from vllm_hotpaths import registry, vllm_env
 from properties import REGRESSIONS
-from vllm_hotpaths.testing import fixtures, ledger
+from vllm_hotpaths.testing import fixtures, gate, ledger
 from vllm_hotpaths.testing.laws import CaseLog, Side
 from vllm_hotpaths.testing.watchdog import DEFAULT_SECONDS as DEFAULT_TIMEOUTS, TimedOut, default_seconds, limit
 
@@ -182,7 +182,7 @@ def import_from_invocation_folder(folder: str) -> None:
 DEVICES = ("cpu", "cuda")
 # Where a candidate's failures go (--impl): not the checkout's fixtures, which every run replays.
 SCRATCH_FIXTURES = Path(tempfile.gettempdir()) / "vllm-hotpaths-fixtures"
-CHECK_KINDS = ("equivalence", "conformance", "drift", "semantic-change", "runner-change")
+CHECK_KINDS = gate.CHECKS
 
 
 def pytest_itemcollected(item):

@@ -77,6 +77,17 @@ def test_runner_selection_and_its_refusal():
     assert only_v1.problems() == ["--runner mrv2: none of the hot paths penalties is called by that runner"]
 
 
+def test_check_selection_and_its_refusal_with_record():
+    from vllm_hotpaths.testing.gate import GateOptions
+
+    options = GateOptions(profile="ci", root=Path("."), report_dir=Path("."), checks=["conformance", "runner-change"])
+    assert "check and (conformance or runner_change)" in " ".join(options.pytest_args())
+    args = options.cli_args()
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--check"] == ["conformance", "runner-change"]
+    recording = GateOptions(profile="ci", root=Path("."), report_dir=Path("."), checks=["conformance"], record=True)
+    assert recording.problems() == ["--record needs every check (--check conformance leaves some out)"]
+
+
 def test_gate_fails_on_a_wrong_candidate_and_names_the_fixture(run_cli, tmp_path):
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--report-dir", str(tmp_path),
                      "--hotpath", "penalties", "--impl", "penalties=properties.quality.penalties:PadWithZero",

@@ -168,3 +168,36 @@ def test_a_hot_path_missing_from_a_release_is_a_skip_whatever_its_equivalence_ro
     assert matrix.hotpath_status([row("equivalence", "pass"), row("conformance", "pass"),
                                   row("drift", "expected-divergence")]) == "expected-divergence"
     assert matrix.hotpath_status([row("equivalence", "fail"), row("conformance", "pass")]) == "fail"
+
+
+def test_a_release_in_the_same_segment_runs_only_the_rows_that_run_vllm(monkeypatch, tmp_path, pytestconfig):
+    """Two releases of one suite segment with different fingerprints: the first runs every check,
+    the second only the checks that run vLLM and takes the first's equivalence rows (named in its
+    cell); a failing equivalence verdict carries over."""
+    gates = []
+
+    def gate(self, version, python, hotpaths, checks):
+        gates.append((version, tuple(hotpaths), tuple(checks)))
+        rows = [{"hotpath": "penalties", "check": kind, "status": "fail" if kind == "equivalence" else "pass",
+                 "excused": [], "skip_reasons": [], "fixture": None}
+                for kind in ("equivalence", "conformance") if not checks or kind in checks]
+        return {"results": rows, "runner_choice": [], "seed": 1, "verdict": "fail"}, {}
+
+    monkeypatch.setattr(matrix.Matrix, "_gate", gate)
+    monkeypatch.setattr(releases, "environment", lambda version, root, log=None: Path(version))
+    monkeypatch.setattr(fingerprint, "vllm_root_of", lambda python: python)
+    monkeypatch.setattr(fingerprint, "fingerprint", lambda vllm_root, functions: f"code of {vllm_root}")
+    monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0", "0.22.0"]})
+    table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None)
+    first, second = table.release("0.22.0"), table.release("0.22.1")
+    assert gates == [("0.22.0", ("penalties",), ()),
+                     ("0.22.1", ("penalties",), tuple(c for c in matrix.CHECKS if c != "equivalence"))]
+    assert first["hotpaths"]["penalties"]["equivalence_from"] is None
+    cell = second["hotpaths"]["penalties"]
+    assert cell["equivalence_from"] == "0.22.0" and cell["status"] == "fail"
+    assert cell["checks"] == {"equivalence": "fail", "conformance": "pass"}
+    assert "(equivalence = 0.22.0)" in matrix.cell_text(cell)
+    # Another segment runs everything again.
+    table.boundaries = {"penalties": ["0.16.0", "0.22.0", "0.23.0"]}
+    table.release("0.23.0")
+    assert gates[-1] == ("0.23.0", ("penalties",), ())

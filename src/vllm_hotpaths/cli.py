@@ -34,7 +34,7 @@ def _gate(args) -> int:
         hotpaths=args.hotpath or [], record=args.record,
         junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip,
         seed=args.seed, timeout=args.timeout, runner=args.runner,
-        trace_dir=Path(args.trace_vllm).resolve() if args.trace_vllm else None)
+        trace_dir=Path(args.trace_vllm).resolve() if args.trace_vllm else None, checks=args.check or [])
     if options.impls and options.fixture_dir is None:  # a candidate's failures stay out of the checkout
         options.fixture_dir = options.report_dir / "fixtures"
     problems = options.problems()
@@ -128,7 +128,7 @@ def _contracts(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from vllm_hotpaths.testing import e2e as e2e_module  # the test machinery, only for the command line
 
-    from vllm_hotpaths.testing.gate import PROFILES
+    from vllm_hotpaths.testing.gate import CHECKS, PROFILES
     from vllm_hotpaths.testing.watchdog import DEFAULT_SECONDS
 
     parser = argparse.ArgumentParser(prog="vllm-hotpaths")
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--runner", default="all", choices=("v1", "mrv2", "all"),
                       help="only the hot paths whose upstream this model runner calls (v1: Model Runner "
                            "v1, mrv2: Model Runner V2)")
+    gate.add_argument("--check", action="append", choices=CHECKS,
+                      help="only this kind of check (repeatable; default: all; the matrix runs the checks "
+                           "that run vLLM where an earlier release's equivalence rows stand)")
     gate.add_argument("-n", "--workers", default=None, help="pytest-xdist workers (e.g. auto)")
     gate.add_argument("--report-dir", default=".", help="where gate-report.json/.md are written")
     gate.add_argument("--fixture-dir", default=None,

@@ -180,6 +180,7 @@ def table(rows: list[Row]) -> str:
 
 
 PROFILES = ("smoke", "dev", "ci", "gate", "soak")  # Hypothesis profiles the gate takes, smallest first
+CHECKS = ("equivalence", "conformance", "drift", "semantic-change", "runner-change")  # the rows' check kinds
 
 
 @dataclass
@@ -204,6 +205,7 @@ class GateOptions:
     timeout: float | None = None  # seconds per property (None: by profile)
     runner: str = "all"  # only the hot paths this model runner calls (v1, mrv2, all)
     trace_dir: Path | None = None  # note the vLLM functions each hot path runs (testing.fingerprint)
+    checks: list[str] = field(default_factory=list)  # only these check kinds (default: all)
 
     def selected_hotpaths(self) -> list[str]:
         """The hot paths to check: --hotpath (default all), those of --runner only."""
@@ -230,6 +232,8 @@ class GateOptions:
         if not self.selected_hotpaths():
             found.append(f"--runner {self.runner}: none of the hot paths {', '.join(self.hotpaths or registry.HOTPATHS)} is called "
                          f"by that runner")
+        if self.record and self.checks:
+            found.append(f"--record needs every check (--check {' '.join(self.checks)} leaves some out)")
         if self.timeout is not None and self.timeout < 0:
             found.append(f"--timeout {self.timeout:g}: seconds, 0 for no limit")
         return found
@@ -242,6 +246,8 @@ class GateOptions:
                                " and not needs_interpreter" if split else "")
         if self.hotpaths or self.runner != "all":
             selection += " and (" + " or ".join(self.selected_hotpaths()) + ")"
+        if self.checks:
+            selection += " and (" + " or ".join(kind.replace("-", "_") for kind in self.checks) + ")"
         args = [str(self.root / "properties"), "-q", "-m", selection, "--hypothesis-profile", self.profile,
                 f"--rootdir={self.root}", "--no-header", "-rfE", "--continue-on-collection-errors"]
         args += [f"--hypothesis-seed={self.seed}"] if self.seed is not None else []
@@ -266,6 +272,7 @@ class GateOptions:
         out += [a for impl in self.impls for a in ("--impl", impl)]
         out += [a for name in self.hotpaths for a in ("--hotpath", name)]
         out += ["--runner", self.runner] if self.runner != "all" else []
+        out += [a for kind in self.checks for a in ("--check", kind)]
         out += ["-n", self.workers] if self.workers else []
         out += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
         out += ["--seed", str(self.seed)] if self.seed is not None else []

@@ -28,6 +28,7 @@ from pathlib import Path
 from vllm_hotpaths import registry
 from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.testing import fingerprint, release_changes, releases, runner_choice
+from vllm_hotpaths.testing.gate import CHECKS
 
 STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
 
@@ -178,37 +179,36 @@ class Matrix:
         python = releases.environment(version, self.root, log=self.log)
         vllm_root = fingerprint.vllm_root_of(python)
         here = {name: segment(version, self.boundaries[name]) for name in self.hotpaths}
-        cells, to_run = {}, []
+        cells, full, upstream_only, equivalence = {}, [], [], {}
         with self.lock:  # anchors are read while other releases may be writing theirs
             for name in self.hotpaths:
                 shared = self._shared(name, version, here[name], vllm_root)
-                if shared is None:
-                    to_run.append(name)
-                else:
+                if shared is not None:
                     cells[name] = shared
-        report = None
-        if to_run:
-            report, traced = self._gate(version, python, to_run)
-            for name in to_run:
+                    continue
+                equivalence[name] = self._equivalence_anchor(name, version, here[name])
+                (upstream_only if equivalence[name] else full).append(name)
+        report, gates = None, []
+        for names, checks in ((full, []), (upstream_only, [c for c in CHECKS if c != "equivalence"])):
+            if not names:
+                continue
+            report, traced = self._gate(version, python, names, checks)
+            gates.append({"hotpaths": names, "checks": checks or "all", "seed": report["seed"],
+                          "verdict": report["verdict"]})
+            for name in names:
                 rows = [r for r in report["results"] if r["hotpath"] == name]
-                functions = [tuple(f) for f in traced.get(name, [])]
-                cells[name] = {
-                    "status": hotpath_status(rows) if rows else "fail",
-                    "excused": sorted({link for r in rows for link in r["excused"]}),
-                    "skip_reasons": sorted({x for r in rows for x in r["skip_reasons"] if "CUDA" not in x}),
-                    "fixtures": sorted({r["fixture"] for r in rows if r["fixture"]}),
-                    "rows": len(rows), "shared_with": None, "segment": here[name],
-                    "traced": functions, "fingerprint": fingerprint.fingerprint(vllm_root, functions)}
+                cells[name] = self._own_cell(rows, traced.get(name, []), vllm_root, here[name], equivalence[name])
         choice = report["runner_choice"] if report else runner_choice.choices(str(python))
         result = {"version": version, "commit": self.commit, "profile": self.profile,
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   "duration_s": round(time.monotonic() - started, 1),
-                  "seed": report["seed"] if report else None, "verdict": report["verdict"] if report else None,
+                  "gates": gates,
                   "runner_choice": choice, "hotpaths": cells}
         with self.lock:
             self.store.mkdir(parents=True, exist_ok=True)
             self.path(version).write_text(json.dumps(result, indent=1) + "\n")
-        ran = ", ".join(to_run) or "nothing (every hot path shared)"
+        ran = ", ".join(full + [f"{n} (equivalence = {equivalence[n]['version']})" for n in upstream_only]) \
+            or "nothing (every hot path shared)"
         self.log(f"matrix: vLLM {version} done in {result['duration_s']:.0f} s; gated {ran}")
         return result
 
@@ -223,13 +223,40 @@ class Matrix:
                         "shared_with": anchor["version"], "segment": here, "fingerprint": cell["fingerprint"]}
         return None
 
-    def _gate(self, version: str, python: Path, hotpaths: list[str]) -> tuple[dict, dict]:
-        report_dir = self.store / f"gate-vllm-{version}"
+    def _equivalence_anchor(self, name: str, version: str, here: str) -> dict | None:
+        """The latest earlier release whose gate ran this hot path's equivalence rows (our fast path
+        against our reference: no vLLM code runs in them) in the same suite segment: their verdict
+        holds here, so only the rows that run vLLM need to run."""
+        for anchor in reversed(self.anchors(name, version)):
+            cell = anchor["hotpaths"][name]
+            if (cell["segment"] == here and "equivalence" in cell.get("checks", {})
+                    and cell.get("equivalence_from") is None):
+                return {"version": anchor["version"], "status": cell["checks"]["equivalence"]}
+        return None
+
+    @staticmethod
+    def _own_cell(rows: list[dict], traced: list, vllm_root: Path, here: str, equivalence: dict | None) -> dict:
+        if equivalence:
+            rows = rows + [{"check": "equivalence", "status": equivalence["status"]}]
+        checks = {kind: next(s for s in STATUS_ORDER if s in {r["status"] for r in rows if r["check"] == kind})
+                  for kind in {r["check"] for r in rows}}
+        functions = [tuple(f) for f in traced]
+        return {"status": hotpath_status(rows) if rows else "fail",
+                "excused": sorted({link for r in rows for link in r.get("excused", [])}),
+                "skip_reasons": sorted({x for r in rows for x in r.get("skip_reasons", []) if "CUDA" not in x}),
+                "fixtures": sorted({r["fixture"] for r in rows if r.get("fixture")}),
+                "rows": len(rows), "shared_with": None, "segment": here, "checks": checks,
+                "equivalence_from": equivalence["version"] if equivalence else None,
+                "traced": functions, "fingerprint": fingerprint.fingerprint(vllm_root, functions)}
+
+    def _gate(self, version: str, python: Path, hotpaths: list[str], checks: list[str]) -> tuple[dict, dict]:
+        report_dir = self.store / (f"gate-vllm-{version}" + ("-upstream" if checks else ""))
         with tempfile.TemporaryDirectory() as trace:
             cmd = [str(python), "-m", "vllm_hotpaths.cli", "gate", "--require-vllm", "--profile", self.profile,
                    "--suite", str(self.root), "--report-dir", str(report_dir), "--trace-vllm", trace,
                    "--fixture-dir", str(report_dir / "fixtures")]
             cmd += [a for name in hotpaths for a in ("--hotpath", name)]
+            cmd += [a for kind in checks for a in ("--check", kind)]
             cmd += ["-n", self.workers] if self.workers else []
             cmd += ["--seed", str(self.seed)] if self.seed is not None else []
             self.log(f"matrix: vLLM {version}: gate of {', '.join(hotpaths)}: {' '.join(cmd)}")
@@ -309,6 +336,8 @@ def cell_text(cell: dict | None) -> str:
     text = cell["status"]
     if cell.get("shared_with"):
         text += f" (= {cell['shared_with']}, {cell['fingerprint']})"
+    elif cell.get("equivalence_from"):
+        text += f" (equivalence = {cell['equivalence_from']})"
     if cell["status"] == "expected-divergence":
         text += " " + " ".join(f"[{i + 1}]({link})" for i, link in enumerate(cell["excused"]))
     if cell["status"] == "skip" and cell.get("skip_reasons"):
@@ -325,7 +354,9 @@ def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: lis
     lines += ["A cell is the hot path's verdict on that release (every check and device of its gate rows): "
               "`pass`, `expected-divergence` (the ledger entries that named the differences), `fail`, or "
               "`skip` (what vLLM does there). `(= X, fingerprint)`: the release runs the same vLLM code for "
-              "that hot path as release X, in the same suite segment, so X's verdict stands for it.", ""]
+              "that hot path as release X, in the same suite segment, so X's verdict stands for it. "
+              "`(equivalence = X)`: the rows that run vLLM ran here; the equivalence rows (our fast path "
+              "against our reference, no vLLM code) are X's, in the same suite segment.", ""]
     for runner in ("v1", "mrv2"):
         names = [n for n in matrix.hotpaths if registry.get(n).runner == runner]
         if not names:
