@@ -179,7 +179,7 @@ def test_a_release_in_the_same_segment_runs_only_the_rows_that_run_vllm(monkeypa
     def gate(self, version, python, hotpaths, checks):
         gates.append((version, tuple(hotpaths), tuple(checks)))
         rows = [{"hotpath": "penalties", "check": kind, "status": "fail" if kind == "equivalence" else "pass",
-                 "excused": [], "skip_reasons": [], "fixture": None}
+                 "device": "cpu", "implementation": "incremental", "excused": [], "skip_reasons": [], "fixture": None}
                 for kind in ("equivalence", "conformance") if not checks or kind in checks]
         return {"results": rows, "runner_choice": [], "seed": 1, "verdict": "fail"}, {}
 
@@ -201,3 +201,35 @@ def test_a_release_in_the_same_segment_runs_only_the_rows_that_run_vllm(monkeypa
     table.boundaries = {"penalties": ["0.16.0", "0.22.0", "0.23.0"]}
     table.release("0.23.0")
     assert gates[-1] == ("0.23.0", ("penalties",), ())
+
+
+def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_ones(monkeypatch, tmp_path, pytestconfig):
+    """--record: a release whose hot path held gets a CPU row (a shared verdict names the release
+    it shares), one that failed loses its row, and a row a GPU run validated stays while the CPU
+    verdict holds."""
+    verdict = {"0.22.0": "pass", "0.23.0": "fail"}
+
+    def gate(self, version, python, hotpaths, checks):
+        rows = [{"hotpath": "penalties", "check": kind, "status": verdict[version], "device": "cpu",
+                 "implementation": "incremental", "excused": [], "skip_reasons": [], "fixture": None}
+                for kind in ("equivalence", "conformance")]
+        return {"results": rows, "runner_choice": [], "seed": 1, "verdict": "pass"}, {}
+
+    monkeypatch.setattr(matrix.Matrix, "_gate", gate)
+    monkeypatch.setattr(releases, "environment", lambda version, root, log=None: Path(version))
+    monkeypatch.setattr(fingerprint, "vllm_root_of", lambda python: python)
+    monkeypatch.setattr(fingerprint, "fingerprint", lambda vllm_root, functions: "same code")
+    monkeypatch.setattr(matrix.runner_choice, "choices", lambda python: [])
+    monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0", "0.22.0", "0.23.0"]})
+    validated = tmp_path / "validated.json"
+    gpu_row = {"profile": "ci", "devices": ["cpu", "cuda"], "implementations": ["incremental"]}
+    validated.write_text(json.dumps({"penalties": {"0.22.0": gpu_row, "0.23.0": gpu_row}}))
+    table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None,
+                          record_to=validated)
+    for version in ("0.22.0", "0.22.1", "0.23.0"):
+        table.release(version)
+    rows = json.loads(validated.read_text())["penalties"]
+    assert rows["0.22.0"] == gpu_row
+    assert rows["0.22.1"]["devices"] == ["cpu"] and rows["0.22.1"]["shared_with"] == "0.22.0"
+    assert rows["0.22.1"]["implementations"] == ["incremental"]
+    assert "0.23.0" not in rows

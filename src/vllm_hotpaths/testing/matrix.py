@@ -28,7 +28,7 @@ from pathlib import Path
 from vllm_hotpaths import registry
 from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.testing import fingerprint, release_changes, releases, runner_choice
-from vllm_hotpaths.testing.gate import CHECKS
+from vllm_hotpaths.testing.gate import CHECKS, PROFILES
 
 STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
 
@@ -138,8 +138,9 @@ def commit_of(root: Path) -> str | None:
 
 class Matrix:
     def __init__(self, root: Path, out: Path, profile: str, hotpaths: list[str], workers: str | None,
-                 seed: int | None, log=print) -> None:
+                 seed: int | None, log=print, record_to: Path | None = None) -> None:
         self.root, self.out, self.profile, self.hotpaths = root, out, profile, hotpaths
+        self.record_to = record_to
         self.workers, self.seed, self.log = workers, seed, log
         self.store = out / "matrix"
         self.commit = commit_of(root)
@@ -207,10 +208,30 @@ class Matrix:
         with self.lock:
             self.store.mkdir(parents=True, exist_ok=True)
             self.path(version).write_text(json.dumps(result, indent=1) + "\n")
+            if self.record_to is not None:
+                self.record(result)
         ran = ", ".join(full + [f"{n} (equivalence = {equivalence[n]['version']})" for n in upstream_only]) \
             or "nothing (every hot path shared)"
         self.log(f"matrix: vLLM {version} done in {result['duration_s']:.0f} s; gated {ran}")
         return result
+
+    def record(self, result: dict) -> None:
+        """The plugin's validated file for this release, as `gate --record` writes it: a hot path
+        whose checks all held here (its own gate, or the release it shares a verdict with) gets a
+        CPU row; one that did not loses its row. A row that a GPU run also validated is left as
+        it is while the CPU verdict holds."""
+        from vllm_hotpaths.plugin import load_validated
+
+        validated, version = load_validated(self.record_to), result["version"]
+        for name, cell in result["hotpaths"].items():
+            entries = validated.setdefault(name, {})
+            if not cell.get("held"):
+                entries.pop(version, None)
+            elif "cuda" not in entries.get(version, {}).get("devices", []):
+                entries[version] = {"profile": self.profile, "devices": ["cpu"], "implementations": cell["implementations"],
+                                    "date": result["date"], "commit": self.commit,
+                                    **({"shared_with": cell["shared_with"]} if cell.get("shared_with") else {})}
+        self.record_to.write_text(json.dumps(validated, indent=1, sort_keys=True) + "\n")
 
     def _shared(self, name: str, version: str, here: str, vllm_root: Path) -> dict | None:
         for anchor in reversed(self.anchors(name, version)):
@@ -219,7 +240,8 @@ class Matrix:
                 continue
             functions = [tuple(f) for f in cell["traced"]]
             if fingerprint.fingerprint(vllm_root, functions) == cell["fingerprint"]:
-                return {**{k: cell[k] for k in ("status", "excused", "skip_reasons", "fixtures")},
+                return {**{k: cell.get(k) for k in ("status", "excused", "skip_reasons", "fixtures", "held",
+                                                    "implementations")},
                         "shared_with": anchor["version"], "segment": here, "fingerprint": cell["fingerprint"]}
         return None
 
@@ -231,13 +253,24 @@ class Matrix:
             cell = anchor["hotpaths"][name]
             if (cell["segment"] == here and "equivalence" in cell.get("checks", {})
                     and cell.get("equivalence_from") is None):
-                return {"version": anchor["version"], "status": cell["checks"]["equivalence"]}
+                return {"version": anchor["version"], "status": cell["checks"]["equivalence"],
+                        "held": cell["checks"]["equivalence"] in ("pass", "expected-divergence"),
+                        "implementations": cell["implementations"]}
         return None
 
     @staticmethod
     def _own_cell(rows: list[dict], traced: list, vllm_root: Path, here: str, equivalence: dict | None) -> dict:
+        ran = [r for r in rows if r["status"] != "skip"]
+        # What `gate --record` asks (testing.gate.record): every row that ran held, skips only
+        # where no GPU was, and conformance ran; the equivalence rows' part comes from the anchor.
+        held = (all(r["status"] in ("pass", "expected-divergence") for r in ran)
+                and all(r["device"] == "cuda" for r in rows if r["status"] == "skip")
+                and any(r["check"] == "conformance" for r in ran)
+                and (equivalence is None or equivalence["held"]))
+        implementations = sorted({r["implementation"] for r in ran if r["check"] == "equivalence"})
         if equivalence:
             rows = rows + [{"check": "equivalence", "status": equivalence["status"]}]
+            implementations = equivalence["implementations"]
         checks = {kind: next(s for s in STATUS_ORDER if s in {r["status"] for r in rows if r["check"] == kind})
                   for kind in {r["check"] for r in rows}}
         functions = [tuple(f) for f in traced]
@@ -246,6 +279,7 @@ class Matrix:
                 "skip_reasons": sorted({x for r in rows for x in r.get("skip_reasons", []) if "CUDA" not in x}),
                 "fixtures": sorted({r["fixture"] for r in rows if r.get("fixture")}),
                 "rows": len(rows), "shared_with": None, "segment": here, "checks": checks,
+                "held": held, "implementations": implementations,
                 "equivalence_from": equivalence["version"] if equivalence else None,
                 "traced": functions, "fingerprint": fingerprint.fingerprint(vllm_root, functions)}
 
@@ -300,8 +334,12 @@ def run(args) -> int:
         print(f"matrix: {err}", file=sys.stderr)
         return 2
     hotpaths = args.hotpath or list(registry.HOTPATHS)
+    if args.record and PROFILES.index(args.profile) < PROFILES.index("ci"):
+        print(f"matrix: --record needs the ci profile or a larger one (--profile {args.profile})", file=sys.stderr)
+        return 2
+    record_to = Path(os.environ.get("VLLM_HOTPATHS_VALIDATED", root / "src" / "vllm_hotpaths" / "validated.json"))
     matrix = Matrix(root, out, args.profile, hotpaths, args.workers, args.seed,
-                    log=lambda line: print(line, flush=True))
+                    log=lambda line: print(line, flush=True), record_to=record_to if args.record else None)
     print(f"vllm-hotpaths matrix: {len(chosen)} releases ({releases.span(chosen)}), profile {args.profile}, "
           f"{args.jobs} at a time; suite {root}; results in {matrix.store}", flush=True)
     started, finished, problems = time.monotonic(), [], []
@@ -388,7 +426,6 @@ def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: lis
 
 
 def add_arguments(parser) -> None:
-    from vllm_hotpaths.testing.gate import PROFILES
 
     parser.add_argument("releases", nargs="*", metavar="RELEASES",
                         help="X.Y.Z or A..B (ends included); default: every release from "
@@ -401,3 +438,5 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="Hypothesis' seed for every gate")
     parser.add_argument("--out", default="docs/results", help="the page's folder; results go to OUT/matrix/")
     parser.add_argument("--suite", metavar="DIR", help="the checkout holding properties/")
+    parser.add_argument("--record", action="store_true",
+                        help="write each release's held hot paths to the plugin's validated file (as gate --record)")
