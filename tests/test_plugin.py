@@ -215,3 +215,33 @@ def test_each_engine_runner_is_named_with_the_patches_it_calls(run_cli, tmp_path
     ], result.stdout
     assert "swap_states installed for vLLM 0.22.0 (InputBatch.swap_states, InputBatch.condense), called by " \
            "Model Runner v1 engines only" in result.stdout, result.stdout
+
+
+INTERMEDIATE = "0.25.0"  # neither a release the references were first written for nor CI's install
+
+
+def test_the_plugin_installs_on_a_validated_intermediate_release(pytestconfig):
+    """vLLM 0.25.0 in its own environment (`testing.releases`, made by `vllm-hotpaths gate --vllm
+    0.25.0`), loading the plugin as vLLM does with the committed validated.json: every hot path
+    validated for 0.25.0 there is installed (penalties at least), and the others are not."""
+    import os
+    import subprocess
+
+    from vllm_hotpaths import plugin
+
+    root = pytestconfig.rootpath
+    python = root / ".venvs" / f"vllm-{INTERMEDIATE}" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no environment for vLLM {INTERMEDIATE} (`vllm-hotpaths gate --vllm {INTERMEDIATE}` makes it)")
+    validated = json.loads(plugin.VALIDATED.read_text())
+    recorded = sorted(n for n in PATCHED if INTERMEDIATE in validated.get(n, {}))
+    assert "penalties" in recorded, f"validated.json has no penalties row for vLLM {INTERMEDIATE}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]), VLLM_PLUGINS="vllm_hotpaths")
+    env.pop("VLLM_HOTPATHS_VALIDATED", None)
+    result = subprocess.run([str(python), "-c", LOAD], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in PATCHED:
+        hotpath = registry.get(name)
+        installs = name in recorded and hotpath.patch_needed(INTERMEDIATE) is None and hotpath.held_back is None
+        assert f"{name} {'PATCHED' if installs else 'UPSTREAM'}" in result.stdout, result.stdout
+    assert f"penalties installed for vLLM {INTERMEDIATE}" in result.stdout, result.stdout
