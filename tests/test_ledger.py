@@ -55,7 +55,9 @@ def test_versions_order_like_pip():
     think_budget = get("think_budget")
     assert think_budget.reference_version_for("0.22.0+cpu") == "0.21.0"
     assert think_budget.reference_version_for("0.23.0") == "0.23.0"
-    assert think_budget.reference_version_for("0.33.0rc1") == "0.23.0"
+    assert think_budget.reference_version_for("0.25.1") == "0.25.0"
+    assert think_budget.reference_version_for("0.28.0rc1") == "0.26.0"
+    assert think_budget.reference_version_for("0.33.0rc1") == "0.28.0"
     with pytest.raises(LookupError, match="no reference for vLLM 0.16.0"):
         think_budget.reference_version_for("0.16.0")
 
@@ -67,7 +69,8 @@ def test_drift_names_only_matching_changes():
     assert older_reference_version("swap_states", "0.33.0") == "0.19.0"
     assert older_reference_version("swap_states", "0.22.0") == "0.16.0"
     assert older_reference_version("swap_states", "0.16.0") is None
-    assert older_reference_version("think_budget", "0.33.1") == "0.23.0"
+    assert older_reference_version("think_budget", "0.33.1") == "0.26.0"
+    assert older_reference_version("think_budget", "0.27.1") == "0.25.0"
     condensed = SwapProgram(2, 9, 2, (1,), False, (("add", 0, 0, 9, 0, 0, 0, 1, False, 0, 0, 0),
                                                     ("remove", 0), ("condense",)))
     links = lambda entries: {e.link.rsplit("/", 1)[-1] for e in entries}  # noqa: E731
@@ -82,6 +85,24 @@ def test_drift_names_only_matching_changes():
     assert explain_drift("swap_states", "0.18.1", swapped, "token_ids_cpu: first at [1, 5]") == []
     assert links(explain_drift("swap_states", "0.19.0", swapped, "token_ids_cpu: first at [1, 5]")) == {"34733"}
     assert explain_drift("swap_states", "0.22.0", condensed, "token_ids_cpu: first at [0, 5]") == []  # no swap
+
+
+def test_drift_names_only_changes_after_the_older_reference():
+    """Each think_budget change is named from the release that brought it, and a change the older
+    reference already has names nothing (`since`)."""
+    from vllm_hotpaths.testing.cases.think_budget import ThinkProgram
+    from vllm_hotpaths.testing.ledger import explain_drift
+
+    ends = ThinkProgram((1,), (2,), 10, 2, 0, "float32", (("add", [1], [], 5, False), ("sample", [2]),
+                                                            ("step", 0, False)))
+    links = lambda entries: {e.link.rsplit("/", 1)[-1] for e in entries}  # noqa: E731
+    assert explain_drift("think_budget", "0.24.0", ends) == []
+    assert links(explain_drift("think_budget", "0.25.1", ends, since="0.23.0")) == {"43757"}
+    assert links(explain_drift("think_budget", "0.27.1", ends, since="0.25.0")) == {"45984"}
+    assert links(explain_drift("think_budget", "0.27.1", ends)) == {"43757", "45984"}
+    assert explain_drift("think_budget", "0.33.0", ends, since="0.26.0") == []  # no swap: 0.28 changes nothing
+    swapped = ThinkProgram((1,), (2,), 10, 2, 0, "float32", (("add", [1], [], 5, False), ("swap", 0, 1)))
+    assert links(explain_drift("think_budget", "0.33.0", swapped, since="0.26.0")) == {"49613"}
 
 
 def test_fixed_in_ends_the_range(monkeypatch):
@@ -180,3 +201,24 @@ def test_rejection_runner_change_names_each_committed_fixture_and_fails_without_
     request = SimpleNamespace(config=SimpleNamespace(getoption=lambda name: REGRESSIONS), node=SimpleNamespace(nodeid="t"))
     with pytest.raises(AssertionError, match="no runner-change entry names it"):
         runner_change.check_against_v1(hotpath, checks, version, "cpu", CaseLog(REGRESSIONS), request)
+
+
+def test_logits_copy_keyed_where_its_sampler_changed():
+    """logits_copy runs the reference of the newest release before it whose sampler changed what
+    the properties compare, and a drift names each change from the release that brought it (0.26's
+    bf16 processing ends at 0.27, which brings it back to fp32)."""
+    from vllm_hotpaths.registry import get
+    from vllm_hotpaths.testing.cases.logits_copy import LogitsProgram
+    from vllm_hotpaths.testing.ledger import explain_drift, older_reference_version
+
+    spec = get("logits_copy")
+    releases = ("0.22.1", "0.23.0", "0.25.1", "0.26.0", "0.27.1", "0.28.0", "0.33.0")
+    assert [spec.reference_version_for(v) for v in releases] == [
+        "0.22.0", "0.23.0", "0.24.0", "0.26.0", "0.27.0", "0.28.0", "0.28.0"]
+    assert older_reference_version("logits_copy", "0.33.0") == "0.27.0"
+    scaled = LogitsProgram(8, 1, "bfloat16", (("add", 0, (1,), (), (("temperature", 0.7),)),))
+    links = lambda entries: {e.link.rsplit("/", 1)[-1] for e in entries}  # noqa: E731
+    assert links(explain_drift("logits_copy", "0.26.0", scaled, since="0.24.0")) == {"48641"}
+    assert links(explain_drift("logits_copy", "0.27.0", scaled, since="0.26.0")) == {"49033"}
+    assert explain_drift("logits_copy", "0.33.0", scaled, since="0.27.0") == []
+    assert explain_drift("logits_copy", "0.26.0", LogitsProgram(8, 1, "float32", scaled.ops), since="0.24.0") == []

@@ -187,7 +187,8 @@ def test_rejection_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
     result = run_cli(
         "-m", "pytest", "properties/test_conformance.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink",
         f"--junitxml={tmp_path / 'junit.xml'}", "-k", "rejection_mrv2 and cpu", "--hypothesis-profile", "ci",
-        "--reference", f"rejection_mrv2@0.22.0=properties.quality.rejection_mrv2:{mutant}",
+        "--reference",
+        f"rejection_mrv2@{rejection_mrv2_mutants.reference_version()}=properties.quality.rejection_mrv2:{mutant}",
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "rejection_mrv2", mutant)
@@ -197,7 +198,7 @@ def test_rejection_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
 PRIME_RL_FLAWS = {
     "PrimeRLWatermark@0.21.0-ThinkProgram-e180b62b7191": "0.22: output shrinks below a found end",
     "PrimeRLWatermark@0.21.0-ThinkProgram-574be9a32454": "0.22: interior placeholder becomes a marker",
-    "PrimeRLWatermark033@0.33.0-ThinkProgram-3bcfb5ba8c78": "0.33: -2 read as a found end",
+    "PrimeRLWatermark028@0.28.0-ThinkProgram-3bcfb5ba8c78": "0.28: -2 read as a found end",
 }
 
 
@@ -208,7 +209,7 @@ def test_prime_rl_flaws_fail_on_their_fixtures(run_cli, tmp_path):
         "-m", "pytest", "properties/test_equivalence.py", "-q", "-p", "no:cacheprovider",
         "-k", "think_budget and cpu", "--fixture-dir", str(tmp_path),
         "--impl", "think_budget@0.21.0=properties.quality.think_budget:PrimeRLWatermark",
-        "--impl", "think_budget@0.33.0=properties.quality.think_budget:PrimeRLWatermark033",
+        "--impl", "think_budget@0.28.0=properties.quality.think_budget:PrimeRLWatermark028",
     )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     named = [line for line in result.stdout.splitlines() if "committed fixture ThinkProgram-" in line]

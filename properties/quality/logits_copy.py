@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from vllm_hotpaths.logits_copy.fast import SkipUnprocessed, SkipUnprocessed033, needs_processing
+from vllm_hotpaths.logits_copy.fast import SkipUnprocessed, SkipUnprocessed028, needs_processing
 
 
 def _without(**neutral):
@@ -98,7 +98,7 @@ class BadWordsIgnored(SkipUnprocessed):
     needs_processing = _without(bad_words=())
 
 
-class ThinkingBudgetIgnored(SkipUnprocessed033):
+class ThinkingBudgetIgnored(SkipUnprocessed028):
     """vLLM's own 0.33 predicate before PR #52284: a thinking budget does not count, so a
     greedy request whose only setting is a budget is never forced to end its reasoning."""
 
@@ -212,4 +212,4 @@ MUTANTS = {
 
 def version_of(name: str) -> str:
     """The reference version a mutant claims to match."""
-    return "0.33.0" if issubclass(globals()[name], SkipUnprocessed033) else "0.22.0"
+    return "0.28.0" if issubclass(globals()[name], SkipUnprocessed028) else "0.22.0"

@@ -1,9 +1,10 @@
 """Deliberately wrong Model Runner V2 rejection sampling references: each must fail conformance.
 
-There is no fast path to plant a bug in, so each is checked in place of the frozen reference:
+There is no fast path to plant a bug in, so each is checked in place of the frozen reference of
+the installed vLLM (`reference_version()`, e.g. 0.31.0 under vLLM 0.33):
 `pytest properties/test_conformance.py -k "rejection_mrv2 and cpu"
---reference rejection_mrv2@0.22.0=properties.quality.rejection_mrv2:NAME`. `tests/test_quality.py`
-runs each on the CPU (kernels interpreted, vLLM 0.22).
+--reference rejection_mrv2@VERSION=properties.quality.rejection_mrv2:NAME`. `tests/test_quality.py`
+runs each on the CPU (kernels interpreted) under the installed vLLM.
 
 A planted bug is the reference's own source with one edit (a Triton kernel cannot be patched from
 outside): the edited module is written once to a temporary file, named by its content, and
@@ -19,11 +20,19 @@ import sys
 import tempfile
 from pathlib import Path
 
+from vllm_hotpaths import registry, vllm_env
 from vllm_hotpaths.rejection_mrv2 import reference
 
 
+def reference_version() -> str:
+    """The key of the reference the installed vLLM is checked against (the newest without vLLM)."""
+    spec, installed = registry.get("rejection_mrv2"), vllm_env.installed_version()
+    return spec.reference_version_for(installed if installed and spec.exists_in(installed) else None)
+
+
 def _planted(name: str, edits: list[tuple[str, str]]):
-    """The 0.22.0 reference class of `reference`'s source with each (old, new) edit made once."""
+    """The reference class of the installed vLLM (`reference_version()`), from `reference`'s source
+    with each (old, new) edit made once."""
     source = inspect.getsource(reference)
     for old, new in edits:
         if source.count(old) != 1:
@@ -40,12 +49,12 @@ def _planted(name: str, edits: list[tuple[str, str]]):
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
-    return module.RejectionSampler022
+    return getattr(module, registry.get("rejection_mrv2").references[reference_version()].rpartition(":")[2])
 
 
 # `>=` for `>`: a draft both models give probability 0 (-inf = -inf) is accepted.
 GreaterOrEqual = _planted("GreaterOrEqual", [
-    ("accepted = t_lp > tl.log(u) + d_lp", "accepted = t_lp >= tl.log(u) + d_lp")])
+    ("accepted = (t_lp > tl.log(u) + d_lp) & valid", "accepted = (t_lp >= tl.log(u) + d_lp) & valid")])
 
 # Verification goes on past a rejection, and the token is resampled at the last rejected row.
 ResampleAtLastRejected = _planted("ResampleAtLastRejected", [
@@ -63,11 +72,11 @@ TiesToHigherLane = _planted("TiesToHigherLane", [
 
 # The Gumbel noise keyed by the next row's position (the wrong counter).
 NoiseAtNextPosition = _planted("NoiseAtNextPosition", [
-    ("        pos = tl.load(pos_ptr + row)\n        if V033:\n            noise",
-     "        pos = tl.load(pos_ptr + row) + 1\n        if V033:\n            noise")])
+    ("        pos = tl.load(pos_ptr + row)\n        noise = _gumbel(",
+     "        pos = tl.load(pos_ptr + row) + 1\n        noise = _gumbel(")])
 
 
-# name -> the devices it shows on (all: reference version 0.22.0, law conformance)
+# name -> the devices it shows on (law conformance, the installed vLLM's reference)
 MUTANTS = {
     "GreaterOrEqual": "cpu cuda",
     "ResampleAtLastRejected": "cpu cuda",

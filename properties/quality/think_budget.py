@@ -4,12 +4,12 @@ Run one with `pytest properties/test_<law>.py -k think_budget --impl think_budge
 (the law its `MUTANTS` entry names); `tests/test_quality.py` runs them all and requires a failure
 with a written fixture.
 
-`PrimeRLWatermark` / `PrimeRLWatermark033` behave like the watermark of prime-rl PR #2772
+`PrimeRLWatermark` / `PrimeRLWatermark028` behave like the watermark of prime-rl PR #2772
 (https://github.com/PrimeIntellect-ai/prime-rl/pull/2772), wrapped around each version's
 state machine: a scan position per row, an (m - 1)-token overlap, `-2` for "scanned, not found",
 and a reset of the position (and of markers at or past the end) when the output shrinks. It
 agrees with 0.22 on append-only outputs and diverges when the output shrinks below an end marker
-already found and when a placeholder the scan passed is replaced by a marker; on 0.33 the `-2`
+already found and when a placeholder the scan passed is replaced by a marker; on 0.28 the `-2`
 reads as "found" (`end_thinking != -1`).
 """
 
@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 
 from vllm_hotpaths.think_budget import BatchUpdate
-from vllm_hotpaths.think_budget.fast import RowScan, WatermarkThinkBudget, WatermarkThinkBudget033
-from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference033,
+from vllm_hotpaths.think_budget.fast import (RowScan, WatermarkThinkBudget, WatermarkThinkBudget025,
+                                             WatermarkThinkBudget026, WatermarkThinkBudget028)
+from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference028,
                                                   find_last, normalized_states)
 
 
@@ -62,8 +63,8 @@ class PrimeRLWatermark(_PrimeRLScan, ThinkBudgetReference):
     """prime-rl PR #2772's watermark over 0.22.0's state machine."""
 
 
-class PrimeRLWatermark033(_PrimeRLScan, ThinkBudgetReference033):
-    """prime-rl PR #2772's watermark over 0.33.0's state machine."""
+class PrimeRLWatermark028(_PrimeRLScan, ThinkBudgetReference028):
+    """prime-rl PR #2772's watermark over 0.28.0's state machine (0.28 to 0.33)."""
 
 
 class _NoOverlapScan(RowScan):
@@ -92,9 +93,9 @@ class AppendOnlyWatermark(WatermarkThinkBudget):
 
 
 class SwapFixIn022(WatermarkThinkBudget):
-    """0.33's SWAP (pop both rows) under 0.22 semantics, where one state lands on both rows."""
+    """0.28's SWAP (pop both rows) under 0.22 semantics, where one state lands on both rows."""
 
-    _swap = ThinkBudgetReference033._swap
+    _swap = ThinkBudgetReference028._swap
 
 
 class CommittedRowsIn022(WatermarkThinkBudget):
@@ -115,7 +116,30 @@ class BonusPassForcesInsideDrafts(WatermarkThinkBudget):
         return super().apply_to_logits(logits, predict_bonus_token, spec_token_ids)
 
 
-class ForcesInfinity(WatermarkThinkBudget033):
+class FreshSearchIn025(WatermarkThinkBudget025):
+    """Searches the whole output past `scan_offset` (as 0.26 does) under 0.25, whose searches resume
+    at their last miss: a marker written below a position 0.25 already searched is found."""
+
+    def _search(self, state, marker, key):
+        found = self._last_index(state, marker, state["scan_offset"])
+        if found == -1:
+            state[key] = self._out_len(state)
+        return found
+
+
+class ForceCloseIn026(WatermarkThinkBudget026):
+    """Keeps 0.25's force-close of a start found after a forced end under 0.26, which dropped it."""
+
+    def _scan_markers(self, state):
+        reentry = state["start_thinking"] == -1 and state["scan_offset"] > 0
+        super()._scan_markers(state)
+        if reentry and state["start_thinking"] >= 0:
+            state.update(in_think=False, in_end=True, end_count=0, force_index=[0])
+            return True
+        return False
+
+
+class ForcesInfinity(WatermarkThinkBudget028):
     """Writes +inf instead of 1e9 at the forced id."""
 
     def apply_to_logits(self, logits, predict_bonus_token, spec_token_ids=None):
@@ -123,13 +147,13 @@ class ForcesInfinity(WatermarkThinkBudget033):
         return forced.masked_fill_(forced == 1e9, float("inf"))
 
 
-class AcceptsNegativeBudget033(WatermarkThinkBudget033):
-    """Runs the 0.33 machine on budgets 0.33 refuses."""
+class AcceptsNegativeBudget028(WatermarkThinkBudget028):
+    """Runs the 0.28 machine on budgets 0.28 refuses."""
 
     _budget = ThinkBudgetReference._budget
 
 
-class NoVocabCheck(WatermarkThinkBudget033):
+class NoVocabCheck(WatermarkThinkBudget028):
     """Takes marker ids outside the vocabulary."""
 
     def __init__(self, config, device="cpu"):
@@ -214,15 +238,17 @@ class FirstRepeatedRow(WatermarkThinkBudget):
 # mutant -> (the reference version it targets, the law expected to catch it: properties/test_<law>.py)
 MUTANTS = {
     "PrimeRLWatermark": ("0.21.0", "equivalence"),
-    "PrimeRLWatermark033": ("0.33.0", "equivalence"),
+    "PrimeRLWatermark028": ("0.28.0", "equivalence"),
     "NoOverlap": ("0.21.0", "equivalence"),
     "AppendOnlyWatermark": ("0.21.0", "equivalence"),
     "SwapFixIn022": ("0.21.0", "equivalence"),
     "CommittedRowsIn022": ("0.21.0", "equivalence"),
     "BonusPassForcesInsideDrafts": ("0.21.0", "equivalence"),
-    "ForcesInfinity": ("0.33.0", "equivalence"),
-    "AcceptsNegativeBudget033": ("0.33.0", "errors"),
-    "NoVocabCheck": ("0.33.0", "errors"),
+    "FreshSearchIn025": ("0.25.0", "equivalence"),
+    "ForceCloseIn026": ("0.26.0", "equivalence"),
+    "ForcesInfinity": ("0.28.0", "equivalence"),
+    "AcceptsNegativeBudget028": ("0.28.0", "errors"),
+    "NoVocabCheck": ("0.28.0", "errors"),
     "MarkerTablePrefilter": ("0.21.0", "equivalence"),
     "SearchWindow256": ("0.21.0", "equivalence"),
     "TwoTokenCarry": ("0.21.0", "equivalence"),

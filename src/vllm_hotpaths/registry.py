@@ -276,7 +276,7 @@ REJECTION_MRV2_CONTRACT = Contract(
         "                   num_speculative_steps) -> (sampled, num_sampled)\n"
         "      vLLM's Model Runner V2 rejection_sample (default path), its arguments as upstream's:\n"
         "      fp32 target logits [num_logits, V], fp32 draft logits [max_num_reqs, steps, V] or\n"
-        "      None (one-hot drafts), draft ids [num_logits] (-1: a placeholder draft, 0.33 on),\n"
+        "      None (one-hot drafts), draft ids [num_logits] (-1: a placeholder draft, 0.25 on),\n"
         "      int32 cu_num_logits / idx_mapping / expanded_idx_mapping / expanded_local_pos,\n"
         "      int64 positions, per-slot fp32 temperatures (0: greedy) and int64 seeds (the noise);\n"
         "      returns int64 [num_reqs, steps + 1] ids (-1 past each request's count) and int32\n"
@@ -305,10 +305,14 @@ HOTPATHS: dict[str, HotPath] = {
         contract=THINK_BUDGET_CONTRACT,
         references={"0.21.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference",
                     "0.23.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference023",
-                    "0.33.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference033"},
+                    "0.25.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference025",
+                    "0.26.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference026",
+                    "0.28.0": "vllm_hotpaths.think_budget.reference:ThinkBudgetReference028"},
         fast={"watermark@0.21.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget", "0.21.0"),
               "watermark@0.23.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget023", "0.23.0"),
-              "watermark@0.33.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget033", "0.33.0")},
+              "watermark@0.25.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget025", "0.25.0"),
+              "watermark@0.26.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget026", "0.26.0"),
+              "watermark@0.28.0": ("vllm_hotpaths.think_budget.fast:WatermarkThinkBudget028", "0.28.0")},
         live="vllm_hotpaths.testing.live.think_budget:LiveThinkBudget",
         bench="vllm_hotpaths.testing.bench.think_budget:run",
         patch="vllm_hotpaths.think_budget.patch:install",
@@ -351,10 +355,21 @@ HOTPATHS: dict[str, HotPath] = {
         name="logits_copy",
         upstream="vllm.v1.worker.gpu.sample.sampler.Sampler.apply_sampling_params",
         contract=LOGITS_COPY_CONTRACT,
+        # Keyed at the releases whose sampler changed what the properties compare
+        # (docs/logits_copy.md#references): 0.23 top-k/top-p left to sampling, 0.24 min tokens,
+        # 0.26 no fp32 copy, 0.27 the copy back, 0.28 bad words on drafts and thinking forcing.
         references={"0.22.0": "vllm_hotpaths.logits_copy.reference:Sampler022",
-                    "0.33.0": "vllm_hotpaths.logits_copy.reference:Sampler033"},
+                    "0.23.0": "vllm_hotpaths.logits_copy.reference:Sampler023",
+                    "0.24.0": "vllm_hotpaths.logits_copy.reference:Sampler024",
+                    "0.26.0": "vllm_hotpaths.logits_copy.reference:Sampler026",
+                    "0.27.0": "vllm_hotpaths.logits_copy.reference:Sampler027",
+                    "0.28.0": "vllm_hotpaths.logits_copy.reference:Sampler028"},
         fast={"skip-unprocessed@0.22.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed", "0.22.0"),
-              "skip-unprocessed@0.33.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed033", "0.33.0")},
+              "skip-unprocessed@0.23.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed023", "0.23.0"),
+              "skip-unprocessed@0.24.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed024", "0.24.0"),
+              "skip-unprocessed@0.26.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed026", "0.26.0"),
+              "skip-unprocessed@0.27.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed027", "0.27.0"),
+              "skip-unprocessed@0.28.0": ("vllm_hotpaths.logits_copy.fast:SkipUnprocessed028", "0.28.0")},
         live="vllm_hotpaths.testing.live.logits_copy:live_sampler",
         bench="vllm_hotpaths.testing.bench.logits_copy:run",
         triton=True,
@@ -403,7 +418,10 @@ HOTPATHS: dict[str, HotPath] = {
         upstream="vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils.rejection_sample",
         contract=REJECTION_MRV2_CONTRACT,
         references={"0.22.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler022",
-                    "0.33.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler033"},
+                    "0.24.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler024",
+                    "0.25.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler025",
+                    "0.28.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler028",
+                    "0.31.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler031"},
         fast={},
         live="vllm_hotpaths.testing.live.rejection_mrv2:live_rejection_sampler",
         triton=True,

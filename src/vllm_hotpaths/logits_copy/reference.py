@@ -1,6 +1,10 @@
-"""Frozen reference of vLLM 0.22.0's Model Runner v2 `Sampler.apply_sampling_params`.
+"""Frozen references of vLLM's Model Runner v2 `Sampler.apply_sampling_params`: 0.22.0's
+(`Sampler022`, below), then one subclass per release where what the properties compare changed,
+each overriding the hooks its release changed: `Sampler023` (top-k/top-p left to sampling),
+`Sampler024` (min tokens), `Sampler026` (no fp32 copy), `Sampler027` (the copy back) and
+`Sampler028` (bad words on drafts, thinking forcing; through 0.33.0).
 
-Always a fresh fp32 copy of the logits, then, per logits row of request `r` (its slot):
+0.22.0: always a fresh fp32 copy of the logits, then, per logits row of request `r` (its slot):
 1. logit bias: with allowed ids, every other lane becomes -inf (the allowed lanes keep their
    values); each (id, bias) adds `bias` to its lane; while `pos < len(prompt) + min_tokens`,
    the stop ids' lanes become -inf (min tokens needs stop ids).
@@ -130,6 +134,10 @@ class Sampler022:
     """vLLM 0.22.0 semantics (the module docstring). Its Model Runner v2 sampler has no thinking
     forcing: `reasoning` and thinking budgets are accepted and change nothing."""
 
+    # Whether processed logits come back in the caller's dtype (0.26.0) rather than in fp32.
+    keeps_logits_dtype = False
+    _temperature = _temperature_kernel
+
     def __init__(self, vocab_size: int, max_num_reqs: int, device, reasoning: ReasoningMarkers | None = None):
         self.vocab_size = vocab_size
         self.max_num_reqs = max_num_reqs
@@ -169,7 +177,7 @@ class Sampler022:
         return self.process(logits, *map(as_ints, (rows, local_pos, input_ids, pos)))
 
     def process(self, logits, rows, local_pos, input_ids, pos) -> torch.Tensor:
-        out = torch.empty_like(logits, dtype=torch.float32).copy_(logits)
+        out = self._working_copy(logits)
         if not rows:
             return out
         reqs = [self.requests[s] for s in rows]
@@ -177,7 +185,7 @@ class Sampler022:
         self._penalties(out, reqs, rows, local_pos, input_ids)
         self._bad_words(out, reqs, local_pos, input_ids)
         self._force_thinking_end(out, reqs, local_pos, input_ids)
-        self._row_kernel(_temperature_kernel, out, [r.params.temperature for r in reqs], (0.0, 1.0))
+        self._row_kernel(self._temperature, out, [r.params.temperature for r in reqs], (0.0, 1.0))
         self._row_kernel(_min_p_kernel, out, [r.params.min_p for r in reqs])
         return self._top_k_top_p(out, reqs, rows)
 
@@ -190,11 +198,21 @@ class Sampler022:
                 out[i] = float("-inf")
                 out[i, allowed] = kept
             if p.logit_bias:
-                ids = torch.tensor([t for t, _ in p.logit_bias], device=out.device)
-                out[i, ids] = out[i, ids] + torch.tensor([b for _, b in p.logit_bias], dtype=torch.float32,
-                                                         device=out.device)
+                self._add_bias(out, i, p.logit_bias)
             if p.min_tokens > 0 and p.stop_token_ids and self._before_min_tokens(pos[i], r):
                 out[i, torch.tensor(p.stop_token_ids, device=out.device)] = float("-inf")
+
+    @staticmethod
+    def _working_copy(logits: torch.Tensor) -> torch.Tensor:
+        """The tensor the steps write: a fresh fp32 copy of the caller's logits."""
+        return torch.empty_like(logits, dtype=torch.float32).copy_(logits)
+
+    @staticmethod
+    def _add_bias(out, i: int, logit_bias) -> None:
+        """Row `i`'s biased lanes plus their fp32 biases (ids distinct)."""
+        ids = torch.tensor([t for t, _ in logit_bias], device=out.device)
+        out[i, ids] = out[i, ids] + torch.tensor([b for _, b in logit_bias], dtype=torch.float32,
+                                                 device=out.device)
 
     @staticmethod
     def _before_min_tokens(pos: int, r: _Request) -> bool:
@@ -229,8 +247,13 @@ class Sampler022:
             first = i - local_pos[i]
             np.add.at(counts[i], np.array(input_ids[first + 1:i + 1], dtype=np.int64), 1)
             prompt[i, np.array(r.prompt, dtype=np.int64)] = 1
-        penalize_rows_(out, counts, prompt, [(r.params.repetition_penalty, r.params.frequency_penalty,
+        self._penalize(out, counts, prompt, [(r.params.repetition_penalty, r.params.frequency_penalty,
                                               r.params.presence_penalty) for r in reqs])
+
+    @staticmethod
+    def _penalize(out, counts, prompt, penalties) -> None:
+        """`penalties_mrv2`'s kernel over the fp32 rows (a row with all three neutral is left)."""
+        penalize_rows_(out, counts, prompt, penalties)
 
     def _bad_words(self, out, reqs, local_pos, input_ids):
         for i, r in enumerate(reqs):
@@ -269,27 +292,148 @@ class Sampler022:
         return out.scatter_(dim=-1, index=order, src=ordered)
 
 
-class Sampler033(Sampler022):
-    """vLLM 0.33.0's `apply_sampling_params(..., skip_top_k_top_p=True)`, the call its
-    `Sampler.sample` makes, always processing (0.33.0's own early return is the rule the fast
-    path states, checked against this). Against 0.22.0:
-    - min tokens: the stop ids are banned while `pos + 1 < len(prompt) + min_tokens`;
-    - bad words: after the outputs come the row's draft tokens (`input_ids` of the request's
-      rows 1..local_pos), not the last output again;
-    - thinking budget (after bad words, before temperature), for a request with a budget when
-      all three reasoning markers are known: over its tokens (prompt, outputs, then its draft
-      tokens as above), if the last start marker begins after the last natural end marker and
-      at least `budget` tokens follow it, the row's logit for the next token of the forced
-      end marker is set to 1e9: its first token, or the one after the longest proper prefix of
-      the end marker that the tokens end with;
-    - no top-k/top-p here: 0.33.0 applies them while sampling, in a Triton kernel not stated.
-    """
+class Sampler023(Sampler022):
+    """vLLM 0.23.0's `apply_sampling_params(..., skip_top_k_top_p=True)`, the call its
+    `Sampler.sample` makes from 0.23.0 on: top-k/top-p left out (step 6 of the module docstring).
+    Upstream applies them while sampling, in `apply_top_k_top_p` before the Gumbel draw or, on
+    CUDA, inside FlashInfer's sampler when some request uses top-k/top-p and none is greedy, has
+    a seed or wants processed logprobs; neither is stated here (vLLM PR #42472)."""
 
-    FORCED_LOGIT = 1e9
+    def _top_k_top_p(self, out, reqs, rows):
+        return out
+
+
+class Sampler024(Sampler023):
+    """vLLM 0.24.0-0.25.1: min tokens count the token being sampled: the stop ids are banned
+    while `pos + 1 < len(prompt) + min_tokens` (vLLM PR #46243). (0.25.0's int64 program ids and
+    barriers in the kernels change no result.)"""
 
     @staticmethod
     def _before_min_tokens(pos: int, r: _Request) -> bool:
         return pos + 1 < len(r.prompt) + r.params.min_tokens
+
+
+@triton.jit
+def _to_float32_kernel(src_ptr, dst_ptr, vocab_size: tl.constexpr, BLOCK: tl.constexpr):
+    # Each lane as upstream 0.26's kernels load it: `tl.load(...).to(tl.float32)`.
+    row = tl.program_id(0)
+    for first in range(0, vocab_size, BLOCK):
+        lanes = first + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        x = tl.load(src_ptr + row * vocab_size + lanes, mask=inside)
+        tl.store(dst_ptr + row * vocab_size + lanes, x.to(tl.float32), mask=inside)
+
+
+@triton.jit
+def _store_rows_kernel(src_ptr, dst_ptr, vocab_size: tl.constexpr, BLOCK: tl.constexpr):
+    # fp32 lanes stored through a pointer of the logits' dtype, as upstream 0.26's kernels store
+    # their fp32 results (the store converts, with each device's conversion).
+    row = tl.program_id(0)
+    for first in range(0, vocab_size, BLOCK):
+        lanes = first + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        tl.store(dst_ptr + row * vocab_size + lanes, tl.load(src_ptr + row * vocab_size + lanes, mask=inside),
+                 mask=inside)
+
+
+@triton.jit
+def _bias_in_dtype_kernel(logits_ptr, ids_ptr, bias_ptr, num_ids, BLOCK: tl.constexpr):
+    # One row's biased lanes: loaded, upcast to fp32, plus the fp32 bias, stored back.
+    lanes = tl.arange(0, BLOCK)
+    inside = lanes < num_ids
+    ids = tl.load(ids_ptr + lanes, mask=inside)
+    bias = tl.load(bias_ptr + lanes, mask=inside)
+    x = tl.load(logits_ptr + ids, mask=inside).to(tl.float32)
+    tl.store(logits_ptr + ids, x + bias, mask=inside)
+
+
+@triton.jit
+def _temperature_in_dtype_kernel(logits_ptr, temperature_ptr, vocab_size: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    t = tl.load(temperature_ptr + row)
+    if t == 0.0 or t == 1.0:
+        return
+    for first in range(0, vocab_size, BLOCK):
+        lanes = first + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        x = tl.load(logits_ptr + row * vocab_size + lanes, mask=inside).to(tl.float32)
+        tl.store(logits_ptr + row * vocab_size + lanes, x / t, mask=inside)
+
+
+class Sampler026(Sampler024):
+    """vLLM 0.26.0: no fp32 copy (vLLM PR #48641, reverted in 0.27.0). The steps run on the logits
+    in their own dtype, upstream in place in the caller's tensor; here on a copy in that dtype
+    (the contract: the caller's logits are never written), which comes back in that dtype. Each
+    step that computes loads its lanes, upcasts them to fp32, computes as 0.24.0 does and stores
+    the result back in the logits' dtype: a logit bias (the biased lanes), penalties (every lane
+    of a penalized row) and temperature (every lane of a row with a temperature other than 0
+    and 1). Masking steps (allowed ids, min tokens, bad words) write -inf or keep a lane as it is;
+    min_p compares its lanes with an fp32 threshold from the row's largest logit taken in the
+    logits' dtype, as upstream's kernel does. With fp32 logits this is 0.24.0's result.
+
+    The conversions are Triton's, as upstream's are: compiled on CUDA a store rounds to nearest
+    even; Triton's interpreter (the CPU) truncates fp32 to bf16."""
+
+    keeps_logits_dtype = True
+
+    @staticmethod
+    def _working_copy(logits: torch.Tensor) -> torch.Tensor:
+        return logits.clone(memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def _add_bias(out, i: int, logit_bias) -> None:
+        if out.dtype == torch.float32:
+            return Sampler022._add_bias(out, i, logit_bias)
+        ids = torch.tensor([t for t, _ in logit_bias], dtype=torch.int64, device=out.device)
+        bias = torch.tensor([b for _, b in logit_bias], dtype=torch.float32, device=out.device)
+        _bias_in_dtype_kernel[(1,)](out[i], ids, bias, len(logit_bias),
+                                    BLOCK=triton.next_power_of_2(len(logit_bias)))
+
+    @staticmethod
+    def _penalize(out, counts, prompt, penalties) -> None:
+        if out.dtype == torch.float32:
+            return penalize_rows_(out, counts, prompt, penalties)
+        # The rows upstream's kernel stores: a penalty off its neutral value in fp32.
+        rows = [i for i, p in enumerate(penalties) if tuple(np.float32(p)) != (1.0, 0.0, 0.0)]
+        if not rows:
+            return
+        vocab = out.shape[1]
+        picked = out[rows].contiguous()
+        wide = torch.empty_like(picked, dtype=torch.float32)
+        _to_float32_kernel[(len(rows),)](picked, wide, vocab, BLOCK=BLOCK)
+        penalize_rows_(wide, counts[rows], prompt[rows], [penalties[i] for i in rows])
+        _store_rows_kernel[(len(rows),)](wide, picked, vocab, BLOCK=BLOCK)
+        out[rows] = picked
+
+    _temperature = _temperature_in_dtype_kernel
+
+
+class Sampler027(Sampler024):
+    """vLLM 0.27.0-0.27.1: the fp32 copy is back (vLLM PR #49033 reverts PR #48641), so the
+    processed logits are 0.24.0's. Upstream also returns the caller's logits untouched when no
+    request of the batch needs processing (`_requires_logits_processing`); this reference always
+    processes, and that early return is the rule the fast path states, checked against it."""
+
+
+class Sampler028(Sampler027):
+    """vLLM 0.28.0-0.33.0's `apply_sampling_params(..., skip_top_k_top_p=True)`, always
+    processing (upstream's cached per-request early return is the fast path's rule, checked
+    against this). Against 0.27.0:
+    - bad words: after the outputs come the row's draft tokens (`input_ids` of the request's
+      rows 1..local_pos), not the last output again (vLLM PR #52311);
+    - thinking budget (after bad words, before temperature), for a request with a budget when
+      all three reasoning markers are known (vLLM PR #46727): over its tokens (prompt, outputs,
+      then its draft tokens as above), if the last start marker begins after the last natural
+      end marker and at least `budget` tokens follow it, the row's logit for the next token of
+      the forced end marker is set to 1e9: its first token, or the one after the longest proper
+      prefix of the end marker that the tokens end with.
+    0.29.0-0.33.0 change nothing compared here: 0.29's stop-id restore applies to structured
+    outputs only, 0.31's processors run in the same order with the budget after them, and 0.31's
+    rule that a greedy request with only min_p/top_k/top_p needs no processing meets no request
+    (`SamplingParams` resets those for greedy requests).
+    """
+
+    FORCED_LOGIT = 1e9
 
     @staticmethod
     def _drafts_before(input_ids, first: int, i: int) -> list[int]:
@@ -313,5 +457,5 @@ class Sampler033(Sampler022):
             if forced is not None:
                 out[i, forced] = self.FORCED_LOGIT
 
-    def _top_k_top_p(self, out, reqs, rows):
-        return out
+
+Sampler033 = Sampler028  # the name this reference had while it was keyed at 0.33.0

@@ -7,13 +7,13 @@ What every implementation here states, for one step of a batch of requests:
 - the inputs are upstream's: `target_logits` [num_logits, V] (processed: temperature applied),
   `draft_logits` [max_num_reqs, num_speculative_steps, V] or None (one-hot drafts),
   `draft_sampled` [num_logits] (the token fed at each row: a request's row j > 0 holds its j-th
-  draft, -1 a placeholder draft, 0.33 on), `cu_num_logits` [num_reqs + 1], `pos` [num_logits],
+  draft, -1 a placeholder draft, 0.25 on), `cu_num_logits` [num_reqs + 1], `pos` [num_logits],
   `idx_mapping` [num_reqs] (each request's slot), `expanded_idx_mapping` and
   `expanded_local_pos` [num_logits] (each row's slot and place in its request), `temperature`
   and `seed` [max_num_reqs] (per slot; temperature 0: greedy), `num_speculative_steps`;
 - a request accepts its drafts in order while the test passes (greedy: the draft is the target
   argmax; random: `log p(d) > log u + log q(d)`, strict, u uniform from the request's seed and
-  the row's position; a -1 draft ends it), then samples one token: a greedy request the target
+  the row's position; a -1 draft is rejected), then samples one token: a greedy request the target
   argmax of its first rejected row, else (or a greedy bonus row) the Gumbel-max of the residual
   of its first rejected row, or of its bonus row's target logits, with noise from (seed, position,
   token);
@@ -21,9 +21,12 @@ What every implementation here states, for one step of a batch of requests:
   [num_reqs], the accepted drafts then the sampled token, `num_sampled[r]` of them. Entries past
   `num_sampled[r]` are left uninitialised upstream; implementations here fill them with -1.
 
-The noise differs by version (0.22: Philox; 0.33: Philox for the acceptance test, a murmur3 hash
-for the Gumbel noise), and so does the residual with draft logits (0.22: `log(1 - ratio)`; 0.33:
-libdevice `log1p(-ratio)`, with the draft logits divided by the temperature).
+What changed by release (the references: `reference.py`): 0.24 the Gumbel noise
+`-log(-log1p(-u))`; 0.25 a fp32 acceptance uniform, -1 drafts handed over and rejected, the
+residual with draft logits by libdevice `log1p(-ratio)` (0.22: `log(1 - ratio)`); 0.28 a -1 draft
+ends a random request's verification (its row resampled from the target), draft logits divided by
+the temperature, NaN block maxima -inf; 0.31 murmur3 Gumbel noise (Philox before; the acceptance
+test keeps Philox).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def check_inputs(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
                  expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
                  placeholders: bool) -> None:
     """Raise InvalidRejectionInput naming the first input that does not describe one step of a
-    batch. `placeholders`: whether -1 drafts are allowed (0.33 on; 0.22 reads at the id)."""
+    batch. `placeholders`: whether -1 drafts are allowed (0.25 on; 0.22 to 0.24 read at the id)."""
     import torch
 
     tensors = dict(target_logits=target_logits, draft_sampled=draft_sampled, cu_num_logits=cu_num_logits,

@@ -52,7 +52,7 @@ def check_older_reference(hotpath, checks, vllm_version: str, device, log, reque
     conformance = ledger.conformance_judge(hotpath.name, vllm_version, log)
     shown = show_named_differences(
         checks, reference, live, device, log, key=f"drift:{older}:{vllm_version}:{device}", plain_judge=conformance,
-        named=lambda case, failure: ledger.explain_drift(hotpath.name, vllm_version, case, str(failure)),
+        named=lambda case, failure: ledger.explain_drift(hotpath.name, vllm_version, case, str(failure), since=older),
         unnamed=f"reference@{older} differs from vLLM {vllm_version} where no ledger change names it")
     save_shown(hotpath.name, shown, log, request)
 

@@ -116,11 +116,14 @@ def older_reference_version(hotpath: str, vllm_version: str) -> str | None:
     return max(older, key=version_key) if older else None
 
 
-def explain_drift(hotpath: str, vllm_version: str, case: object, message: str = "") -> list[KnownDivergence]:
+def explain_drift(hotpath: str, vllm_version: str, case: object, message: str = "",
+                  since: str | None = None) -> list[KnownDivergence]:
     """The deliberate upstream changes (entries of kind "change") that cover `case` and whose
     `shows` pattern, if any, is in the difference's `message`: the names of a difference between
-    an older reference and the installed vLLM."""
+    an older reference and the installed vLLM. `since`: the older reference's version; a change
+    first in it or before is part of that reference, so it names nothing."""
     return [e for e in LEDGER if e.kind == "change" and e.covers(hotpath, vllm_version, case)
+            and (since is None or version_key(e.first_version) > version_key(since))
             and (e.shows is None or re.search(e.shows, message))]
 
 
@@ -185,9 +188,15 @@ def _request_params(case) -> list[dict]:
     return [dict(add.params) for add in _ops(case, "add")]
 
 
-def _no_negative_budget(case) -> bool:
-    """Programs where 0.33's budget normalization (a -1 budget tracks nothing) plays no part."""
-    return all(add.budget is None or add.budget >= 0 for add in _ops(case, "add"))
+def _low_precision_arithmetic(case) -> bool:
+    """A logits_copy program on bf16/fp16 logits with a step that computes on them or takes
+    their maximum: a logit bias, a penalty, a temperature other than 0 and 1, or min_p."""
+    def computes(p: dict) -> bool:
+        return bool(p.get("logit_bias")) or p.get("temperature", 1.0) not in (0.0, 1.0) or bool(p.get("min_p")) \
+            or p.get("repetition_penalty", 1.0) != 1.0 or bool(p.get("frequency_penalty")) \
+            or bool(p.get("presence_penalty"))
+
+    return getattr(case, "dtype", "float32") != "float32" and any(computes(p) for p in _request_params(case))
 
 
 def _think_tokens(case) -> set[int]:
@@ -206,15 +215,20 @@ def _think_tokens(case) -> set[int]:
     return found
 
 
-def _leaves_thinking(case) -> bool:
-    """A think_budget program that feeds an end marker (no -1 budget in it)."""
-    return bool(set(case.end_ids) & _think_tokens(case)) and _no_negative_budget(case)
-
-
+# The think_budget changes from 0.25 on are met only by drift checks whose older reference
+# validates budgets too (0.23.0 on: a -1 budget tracks nothing on both sides), so their
+# predicates need not set negative budgets apart.
 def _exits_thinking(case) -> bool:
     """A think_budget program that can leave a think block: it feeds an end marker, or a row
-    emits the end marker its budget forces ("obey"); no -1 budget in it."""
-    return _leaves_thinking(case) or (bool(_ops(case, "obey")) and _no_negative_budget(case))
+    emits the end marker its budget forces ("obey")."""
+    return bool(set(case.end_ids) & _think_tokens(case)) or bool(_ops(case, "obey"))
+
+
+def _rewrites_searched(case) -> bool:
+    """A think_budget program that can change output positions a search already passed: trims,
+    rewrites, repaired or filled placeholders, or a swap (before 0.28 one state then reads two
+    rows' outputs). 0.25's resumed searches miss markers written there."""
+    return any(_ops(case, kind) for kind in ("trim", "regrow", "repair", "fill", "swap"))
 
 
 def _change_from(first_version: str, hotpath: str, link: str, summary: str, affects: Callable[[object], bool],
@@ -232,30 +246,32 @@ def _change_in_033(hotpath: str, link: str, summary: str, affects: Callable[[obj
 
 
 LEDGER += [
-    _change_in_033(
-        "think_budget", "https://github.com/vllm-project/vllm/pull/51890",
-        summary="sync_batch's SWAP pops both rows' states before re-inserting them: 0.22 left one "
-                "state object on two rows after swapping a tracked row with an untracked one",
-        affects=lambda case: bool(_ops(case, "swap")) and _no_negative_budget(case),
+    _change_from(
+        "0.28.0", "think_budget", "https://github.com/vllm-project/vllm/pull/49613",
+        summary="sync_batch's SWAP pops both rows' states before re-inserting them: up to 0.27 one "
+                "state object was left on two rows after swapping a tracked row with an untracked one",
+        affects=lambda case: bool(_ops(case, "swap")),
     ),
-    _change_in_033(
-        "think_budget", "https://github.com/vllm-project/vllm/pull/43757",
-        summary="scan_offset: after a think exit (fed or forced) the markers are searched only past "
-                "it, so a later start re-enters thinking and is enforced (0.22 kept finding the old "
-                "end marker)",
-        affects=_exits_thinking,
+    _change_from(
+        "0.25.0", "think_budget", "https://github.com/vllm-project/vllm/pull/43757",
+        summary="scan_offset: after a forced end the markers are searched only past it, so a later "
+                "start re-enters thinking (0.25: force-closed at once; from 0.26 with a fresh budget) "
+                "where 0.24 kept finding the old end marker; 0.25 also resumes each search at its "
+                "last miss",
+        affects=lambda case: _exits_thinking(case) or _rewrites_searched(case),
     ),
-    _change_in_033(
-        "think_budget", "https://github.com/vllm-project/vllm/pull/45984",
-        summary="a natural end marker leaves thinking at once and resets the markers (early "
-                "natural-end block, natural_end_with_continue)",
-        affects=_leaves_thinking,
+    _change_from(
+        "0.26.0", "think_budget", "https://github.com/vllm-project/vllm/pull/45984",
+        summary="a natural end marker leaves thinking at once and resets the markers and scan_offset "
+                "(early natural-end block, natural_end_with_continue); 0.25's force-close of a start "
+                "after a forced end and its resumed searches are gone",
+        affects=lambda case: _exits_thinking(case) or _rewrites_searched(case),
     ),
-    _change_in_033(
-        "think_budget", "https://github.com/vllm-project/vllm/pull/46662",
-        summary="the holder is handed committed outputs only; 0.22 combined outputs with drafts "
-                "and stripped them again",
-        affects=lambda case: case.num_spec_tokens > 0 and bool(_ops(case, "drafts")) and _no_negative_budget(case),
+    _change_from(
+        "0.26.0", "think_budget", "https://github.com/vllm-project/vllm/pull/46662",
+        summary="the holder is handed committed outputs only; up to 0.25 it got outputs combined "
+                "with drafts and stripped them again",
+        affects=lambda case: case.num_spec_tokens > 0 and bool(_ops(case, "drafts")),
     ),
     _change_from(
         "0.23.0", "think_budget", "https://github.com/vllm-project/vllm/blob/v0.23.0/vllm/sampling_params.py#L34",
@@ -284,25 +300,41 @@ LEDGER += [
         affects=lambda case: bool(_ops(case, "remove")),
         shows="num_blocks_per_row|block_table",
     ),
-    _change_in_033(
-        "logits_copy", "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/sample/sampler.py#L278",
+    _change_from(
+        "0.23.0", "logits_copy", "https://github.com/vllm-project/vllm/pull/42472",
         summary="Sampler.sample calls apply_sampling_params(skip_top_k_top_p=True) and applies "
-                "top-k/top-p in its own sampling step; 0.22 masked the processed logits",
+                "top-k/top-p in its own sampling step (on CUDA, FlashInfer's sampler when some "
+                "request uses them and none is greedy, seeded or wants processed logprobs); 0.22 "
+                "masked the processed logits",
         affects=lambda case: any("top_k" in p or "top_p" in p for p in _request_params(case)),
     ),
-    _change_in_033(
-        "logits_copy", "https://github.com/vllm-project/vllm/pull/46243",
+    _change_from(
+        "0.24.0", "logits_copy", "https://github.com/vllm-project/vllm/pull/46243",
         summary="min_tokens counts the token being sampled (pos + 1 < prompt_len + min_tokens)",
         affects=lambda case: any(p.get("min_tokens", 0) for p in _request_params(case)),
     ),
-    _change_in_033(
-        "logits_copy", "https://github.com/vllm-project/vllm/pull/52311",
+    KnownDivergence(
+        hotpath="logits_copy", first_version="0.26.0", last_version="0.26.0", required=False, kind="change",
+        link="https://github.com/vllm-project/vllm/pull/48641",
+        summary="no fp32 copy: the steps run in the logits' own dtype, in place, so a bias, penalties "
+                "and temperature round to bf16/fp16 at each step and min_p takes the row's maximum "
+                "in that dtype (reverted in 0.27.0)",
+        affects=lambda case: _low_precision_arithmetic(case),
+    ),
+    _change_from(
+        "0.27.0", "logits_copy", "https://github.com/vllm-project/vllm/pull/49033",
+        summary="the fp32 copy is back (reverts PR #48641): bf16/fp16 logits are processed in fp32 "
+                "again",
+        affects=lambda case: _low_precision_arithmetic(case),
+    ),
+    _change_from(
+        "0.28.0", "logits_copy", "https://github.com/vllm-project/vllm/pull/52311",
         summary="bad words match against the request's draft tokens on speculative rows",
         affects=lambda case: any(p.get("bad_words") for p in _request_params(case))
         and any(drafts for step in _ops(case, "step") for _, drafts in step.batch),
     ),
-    _change_in_033(
-        "logits_copy", "https://github.com/vllm-project/vllm/pull/46727",
+    _change_from(
+        "0.28.0", "logits_copy", "https://github.com/vllm-project/vllm/pull/46727",
         summary="Model Runner v2 forces the reasoning end marker (1e9) when a thinking budget runs out",
         affects=lambda case: case.reasoning is not None and all(case.reasoning)
         and any(p.get("thinking_token_budget") not in (None, -1) for p in _request_params(case)),
@@ -316,30 +348,84 @@ def _rejection_requests(case, greedy: bool | None = None, drafted: bool = False)
             if (greedy is None or (r[2] == 0.0) == greedy) and (not drafted or any(t >= 0 for t in r[1]))]
 
 
-MRV2_REJECTION_033_LINK = ("https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/spec_decode/"
-                           "rejection_sampler_utils.py")
+def _mrv2_blob(version: str, path: str) -> str:
+    return f"https://github.com/vllm-project/vllm/blob/v{version}/vllm/v1/worker/gpu/{path}"
+
+
+MRV2_REJECTION_025 = _mrv2_blob("0.25.0", "spec_decode/rejection_sampler_utils.py")
+MRV2_REJECTION_028 = _mrv2_blob("0.28.0", "spec_decode/rejection_sampler_utils.py")
+
+
+def _draft_logit_requests(case) -> bool:
+    """A random request of a rejection_mrv2 case with draft logits and a draft to test."""
+    return bool(getattr(case, "draft_logits", False) and _rejection_requests(case, greedy=False, drafted=True))
+
+
+def _acceptance_draws_matter(case) -> bool:
+    """A random request of a rejection_mrv2 case whose first draft the acceptance uniform decides:
+    its target logit there is finite (a -inf, +inf or NaN logit rejects it whatever the uniform)."""
+    requests = _rejection_requests(case, greedy=False, drafted=True)
+    if not requests:
+        return False
+    inputs = case.inputs("cpu")
+    target, cu = inputs[0], inputs[3].tolist()
+    return any(r[1][0] >= 0 and math.isfinite(float(target[cu[i], r[1][0]]))
+               for i, r in enumerate(case.requests) if r in requests)
+
+
+def _random_placeholder(case) -> bool:
+    """A random request of a rejection_mrv2 case with a -1 draft."""
+    return any(-1 in r[1] for r in _rejection_requests(case, greedy=False))
+
+
+# rejection_mrv2: each release whose default path changed has its reference (0.22.0, 0.24.0,
+# 0.25.0, 0.28.0, 0.31.0; read in each release's rejection_sampler_utils.py and gumbel.py,
+# docs/release-changes.md H); the drift check of a release runs the previous one's reference.
 LEDGER += [
-    _change_in_033(
-        "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/51367",
+    _change_from(
+        "0.24.0", "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/45996",
+        summary="the Gumbel noise of a resampled or bonus token is -log(-log1p(-u)) (libdevice log1p), u "
+                "floored at 4.66e-10, no longer -log(-log u): a random request samples other ids",
+        affects=lambda case: bool(_rejection_requests(case, greedy=False))),
+    _change_from(
+        "0.25.0", "rejection_mrv2", f"{MRV2_REJECTION_025}#L534",
+        summary="the acceptance test's uniform is a fp32 tl.rand floored at 4.66e-10, no longer a fp64 "
+                "Philox draw: a random request's drafts are accepted or rejected on other uniforms",
+        affects=_acceptance_draws_matter),
+    _change_from(
+        "0.25.0", "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/46533",
+        summary="-1 placeholder drafts are handed over and rejected (read at lane 0); up to 0.24 the "
+                "kernel read the logits at -1, and the references refuse them there",
+        affects=lambda case: any(-1 in r[1] for r in getattr(case, "requests", ())), shows="refused differently"),
+    _change_from(
+        "0.25.0", "rejection_mrv2", f"{MRV2_REJECTION_025}#L757",
+        summary="the residual of a rejected draft with draft logits is log p + libdevice log1p(-q/p), no "
+                "longer log p + log(1 - q/p): the resampled token may differ",
+        affects=_draft_logit_requests),
+    _change_from(
+        "0.28.0", "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/50939",
+        summary="a -1 draft ends a random request's verification and its row is resampled from the target "
+                "logits; 0.25 to 0.27 resampled it from the residual against that row's draft logits",
+        affects=lambda case: getattr(case, "draft_logits", False) and _random_placeholder(case)),
+    _change_from(
+        "0.28.0", "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/50910",
+        summary="draft logits are cached before the temperature and divided by it on load (the test's log q "
+                "and the residual): a random request at a temperature other than 1 with draft logits decides "
+                "on other draft probabilities",
+        affects=lambda case: _draft_logit_requests(case)
+        and any(r[2] != 1.0 for r in _rejection_requests(case, greedy=False, drafted=True))),
+    _change_from(
+        "0.28.0", "rejection_mrv2", f"{MRV2_REJECTION_028}#L902-L910",
+        summary="a NaN block maximum is mapped to -inf before the argmax over blocks: a request with a "
+                "NaN logit over more than one 1024-lane block (greedy, or random: the noised NaN lane is "
+                "its block's maximum) gets another block's argmax",
+        affects=lambda case: getattr(case, "vocab_size", 0) > 1024
+        and any(bool(r.isnan().any()) for greedy in (True, False) for r in _request_rows(case, greedy))),
+    _change_from(
+        "0.31.0", "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/51367",
         summary="the Gumbel noise of a resampled or bonus token comes from a murmur3 hash of (seed, position, "
                 "token), no longer from Philox: a random request samples other ids",
         affects=lambda case: bool(_rejection_requests(case, greedy=False))),
-    _change_in_033(
-        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L596-L598",
-        summary="the acceptance test's uniform is a fp32 tl.rand floored at 4.66e-10, no longer a fp64 "
-                "Philox draw: a random request's drafts are accepted or rejected on other uniforms",
-        affects=lambda case: bool(_rejection_requests(case, greedy=False, drafted=True))),
-    _change_in_033(
-        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L583-L591",
-        summary="-1 placeholder drafts (drafts of requests still in prefill) are handed over and end "
-                "verification; 0.22 had none, and its reference refuses them",
-        affects=lambda case: any(-1 in r[1] for r in getattr(case, "requests", ())), shows="refused differently"),
-    _change_in_033(
-        "rejection_mrv2", f"{MRV2_REJECTION_033_LINK}#L1065-L1072",
-        summary="a NaN block maximum is mapped to -inf before the argmax over blocks: a greedy request "
-                "with a NaN over more than one 1024-lane block gets another block's argmax",
-        affects=lambda case: getattr(case, "vocab_size", 0) > 1024
-        and any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True))),
 ]
 
 
@@ -473,7 +559,7 @@ def _request_rows(case, greedy: bool) -> list:
 
 def _zero_probability_draft(case) -> bool:
     """A random request of a rejection_mrv2 case whose draft logits give one of its drafts a
-    probability that is 0 in fp32 (0.33: after the temperature, as Model Runner V2 scales them)."""
+    probability that is 0 in fp32 (from 0.28: after the temperature, as Model Runner V2 scales them)."""
     if not getattr(case, "draft_logits", False):
         return False
     draft_logits, steps = case.inputs("cpu")[1], case.num_speculative_steps
@@ -491,8 +577,6 @@ def _nan_or_inf(rows) -> bool:
 
 
 MRV2_GUMBEL = "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/gumbel.py"
-MRV2_REJECTION_033 = ("https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/worker/gpu/spec_decode/"
-                      "rejection_sampler_utils.py")
 LEDGER += [
     _runner_change(
         "rejection_mrv2", f"{MRV2_GUMBEL}#L133-L138",
@@ -501,13 +585,13 @@ LEDGER += [
                 "NaN probabilities, and its argmax returns lane 0 (or the lowest lane of its contest)",
         affects=lambda case: _nan_or_inf(_request_rows(case, greedy=False))),
     _runner_change(
-        "rejection_mrv2", f"{MRV2_REJECTION_033}#L1065-L1072",
-        summary="a NaN target logit in a greedy request over more than one 1024-lane block, from 0.33: Model "
+        "rejection_mrv2", f"{MRV2_REJECTION_028}#L902-L910",
+        summary="a NaN target logit in a greedy request over more than one 1024-lane block, from 0.28: Model "
                 "Runner V2 maps a NaN block maximum to -inf and returns another block's argmax; v1's "
                 "torch argmax returns the first NaN lane",
         affects=lambda case: getattr(case, "vocab_size", 0) > 1024
         and any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True)),
-        first_version="0.33.0"),
+        first_version="0.28.0"),
     _runner_change(
         "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L97-L108",
@@ -542,14 +626,27 @@ LEDGER += [
         "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L388-L393",
         summary="a rejected draft with draft logits, two residual lanes tied within rounding once the noise is "
-                "added: Model Runner V2 scores log p + log(1 - q/p) + Gumbel noise (0.33: log1p), v1 "
+                "added: Model Runner V2 scores log p + log(1 - q/p) + Gumbel noise (0.25 on: log1p), v1 "
                 "max(p - q, 0) * (1 / E), so a near-tie can go to different lanes",
         affects=lambda case: _near_residual_tie(case)),
 ]
 
 
-def _row_uniforms(case, rows: list[int], v033: bool):
-    """Model Runner V2's (acceptance, per-token) uniforms at `rows` of a rejection_mrv2 case."""
+def _mrv2_samplers(*behaviours: str) -> list:
+    """The frozen Model Runner V2 rejection references, one per distinct value of `behaviours`
+    (their class attributes: the uniforms and noise of each release)."""
+    from vllm_hotpaths import registry
+
+    spec, found = registry.get("rejection_mrv2"), {}
+    for version in sorted(spec.references, key=version_key):
+        sampler = registry.resolve(spec.references[version])
+        found.setdefault(tuple(getattr(sampler, b) for b in behaviours), sampler)
+    return list(found.values())
+
+
+def _row_uniforms(case, rows: list[int], sampler):
+    """Model Runner V2's (acceptance, per-token) uniforms at `rows` of a rejection_mrv2 case, as the
+    reference class `sampler` draws them."""
     import torch
 
     from vllm_hotpaths.rejection_mrv2.reference import uniforms
@@ -560,8 +657,15 @@ def _row_uniforms(case, rows: list[int], v033: bool):
     _, _, _, _, pos, _, row_slots, _, _, seeds, _ = case.inputs("cuda" if compiled else "cpu")
     index = torch.tensor(rows, dtype=torch.int64, device=pos.device)
     accept, tokens = uniforms(seeds[row_slots.long()][index].contiguous(), pos[index].contiguous(),
-                              case.vocab_size, v033)
+                              case.vocab_size, sampler)
     return accept.cpu(), tokens.cpu()
+
+
+def _gumbel_noise(u, sampler):
+    """The Gumbel noise of the uniforms `u` (float64) under `sampler`'s formula."""
+    import torch
+
+    return -torch.log(-torch.log1p(-u)) if sampler.NOISE_LOG1P else -torch.log(-torch.log(u))
 
 
 def _random_rows(case) -> list[tuple[int, int, int]]:
@@ -576,13 +680,13 @@ def _random_rows(case) -> list[tuple[int, int, int]]:
 
 def _near_acceptance_threshold(case, tolerance: float = 1e-5) -> bool:
     """A random request's draft (one-hot) whose fp32 target probability is within `tolerance`
-    (relative) of the acceptance uniform of either version's noise."""
+    (relative) of the acceptance uniform of any release's noise."""
     tested = [(row, token) for _, row, token in _random_rows(case) if token >= 0]
     if not tested or getattr(case, "draft_logits", True):
         return False
     probs = case.inputs("cpu")[0].softmax(-1)
-    for v033 in (False, True):
-        accept, _ = _row_uniforms(case, [row for row, _ in tested], v033)
+    for sampler in _mrv2_samplers("ACCEPT_FP32"):
+        accept, _ = _row_uniforms(case, [row for row, _ in tested], sampler)
         for (row, token), u in zip(tested, accept.tolist()):
             if abs(float(probs[row, token]) - u) <= tolerance * u:
                 return True
@@ -590,30 +694,30 @@ def _near_acceptance_threshold(case, tolerance: float = 1e-5) -> bool:
 
 
 def _near_residual_tie(case, tolerance: float = 1e-6) -> bool:
-    """A random request's drafted row (draft logits, finite logits) whose two best residual
-    log(max(p - q, 0)) + Gumbel noise scores, with either version's noise and draft scaling, are
+    """A random request's drafted row (draft logits; no NaN or +inf logit, -inf lanes are masked
+    tokens) whose two best residual
+    log(max(p - q, 0)) + Gumbel noise scores, with any release's noise and draft scaling, are
     within `tolerance` of each other."""
     import torch
 
     if not getattr(case, "draft_logits", False):
         return False
     target, draft_logits = case.inputs("cpu")[:2]
+    samplers = _mrv2_samplers("NOISE_LOG1P", "NOISE_MURMUR3", "DRAFT_OVER_TEMP")
     for r, row, token in _random_rows(case):
         if token < 0:
             continue
         slot, drafts, temperature, *_ = case.requests[r]
         step = row - sum(1 + len(q[1]) for q in case.requests[:r])
         logits = target[row].double()
-        if not bool(logits.isfinite().all()):
+        if bool((logits.isnan() | (logits == math.inf)).any()):
             continue
         p = logits.softmax(-1)
-        for v033 in (False, True):
-            scale = temperature if v033 else 1.0
+        for sampler in samplers:
+            scale = temperature if sampler.DRAFT_OVER_TEMP else 1.0
             q = (draft_logits[slot, step].double() / scale).softmax(-1)
-            _, u = _row_uniforms(case, [row], v033)
-            u = u[0].double()
-            noise = -torch.log(-torch.log1p(-u)) if v033 else -torch.log(-torch.log(u))
-            scores = torch.log((p - q).clamp(min=0)) + noise
+            _, u = _row_uniforms(case, [row], sampler)
+            scores = torch.log((p - q).clamp(min=0)) + _gumbel_noise(u[0].double(), sampler)
             top = scores.topk(min(2, scores.numel())).values
             if top.numel() == 2 and bool(top.isfinite().all()) \
                     and float((top[0] - top[1]).abs()) <= tolerance * (1 + float(top[0].abs())):
@@ -624,10 +728,8 @@ def _near_residual_tie(case, tolerance: float = 1e-6) -> bool:
 def _near_gumbel_tie(case, tolerance: float = 1e-6) -> bool:
     """A random request's bonus row, or (one-hot drafts) any of its rows, without NaN or +inf
     logits (those are the NaN/+inf entry's; -inf lanes are masked tokens), whose two best
-    logit + Gumbel noise scores, with either version's noise, are within `tolerance` (relative)
+    logit + Gumbel noise scores, with any release's noise, are within `tolerance` (relative)
     of each other: near-equal logits, or logits so large that fp32 absorbs the noise."""
-    import torch
-
     one_hot = not getattr(case, "draft_logits", True)
     rows = [row for _, row, token in _random_rows(case) if token < 0 or one_hot]
     if not rows or case.vocab_size < 2:
@@ -636,11 +738,9 @@ def _near_gumbel_tie(case, tolerance: float = 1e-6) -> bool:
     finite = ~(logits.isnan() | (logits == math.inf)).any(dim=-1)
     if not bool(finite.any()):
         return False
-    for v033 in (False, True):
-        _, u = _row_uniforms(case, rows, v033)
-        u = u.double()
-        noise = -torch.log(-torch.log1p(-u)) if v033 else -torch.log(-torch.log(u))
-        top = (logits + noise)[finite].topk(2, dim=-1).values
+    for sampler in _mrv2_samplers("NOISE_LOG1P", "NOISE_MURMUR3"):
+        _, u = _row_uniforms(case, rows, sampler)
+        top = (logits + _gumbel_noise(u.double(), sampler))[finite].topk(2, dim=-1).values
         if bool(((top[:, 0] - top[:, 1]).abs() <= tolerance * (1 + top[:, 0].abs())).any()):
             return True
     return False

@@ -11,8 +11,8 @@ What makes that exact is knowing the lowest position that changed since the last
 - any other row is compared with a private copy of what was searched (a C-speed list compare).
 A claim is cut back to that position, so shrinking outputs (spec rejection, KV-load discard,
 placeholder trim), placeholders replaced by real ids (interior or trailing, marker ids included),
-and a state fed a different list (row moves, 0.22's shared SWAP state) are all rescanned where
-they changed. The state machine is the reference's own; only the four output hooks differ.
+and a state fed a different list (row moves, the shared SWAP state before 0.28) are all rescanned
+where they changed. The state machine is the reference's own; only the four output hooks differ.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from __future__ import annotations
 import itertools
 from typing import Sequence
 
-from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference023, ThinkBudgetReference033,
-                                                  find_last)
+from vllm_hotpaths.think_budget.reference import (ThinkBudgetReference, ThinkBudgetReference023,
+                                                  ThinkBudgetReference025, ThinkBudgetReference026,
+                                                  ThinkBudgetReference028, find_last)
 from vllm_hotpaths.tracked_list import TrackedTokenList
 
 _watcher_keys = itertools.count(1 << 40)  # apart from other watchers' keys
@@ -150,7 +151,7 @@ class WatermarkThinkBudget(_WatermarkHooks, ThinkBudgetReference):
     """vLLM 0.21.0 semantics (to 0.22.1)."""
 
     def _committed_length(self, state: dict, row: Sequence[int]) -> int:
-        spec_len = len(state["spec_token_ids"])  # 0.22 strips the drafts' count (no copy here)
+        spec_len = len(state["spec_token_ids"])  # to 0.25 the drafts' count is stripped (no copy here)
         return len(row) - spec_len if spec_len and len(row) >= spec_len else len(row)
 
 
@@ -158,5 +159,13 @@ class WatermarkThinkBudget023(WatermarkThinkBudget, ThinkBudgetReference023):
     """vLLM 0.23.0 semantics: 0.21.0's, budgets validated."""
 
 
-class WatermarkThinkBudget033(_WatermarkHooks, ThinkBudgetReference033):
-    """vLLM 0.33.0 semantics."""
+class WatermarkThinkBudget025(WatermarkThinkBudget, ThinkBudgetReference025):
+    """vLLM 0.25.0 semantics (to 0.25.1): still combined rows with the drafts' count stripped."""
+
+
+class WatermarkThinkBudget026(_WatermarkHooks, ThinkBudgetReference026):
+    """vLLM 0.26.0 semantics (to 0.27.1): committed outputs."""
+
+
+class WatermarkThinkBudget028(_WatermarkHooks, ThinkBudgetReference028):
+    """vLLM 0.28.0 semantics (to 0.33.0)."""

@@ -3,12 +3,13 @@
 `InputBatch.__init__` runs as upstream's, then the batch's `ThinkingBudgetStateHolder` (present
 when the engine has a reasoning config) is replaced by `FastHolder`: the same API (`sync_batch`,
 `update_state`, `apply_to_logits`, `has_tracked_requests`, the marker lists) over the watermark
-variant whose reference the installed vLLM is checked against (0.21.0 to 0.22.1: `watermark@0.21.0`, 0.23.0 on: `watermark@0.23.0`,
-0.33.x: `watermark@0.33.0`). The fast holder takes vLLM's `BatchUpdate`, `SamplingParams` and
-`MoveDirectionality` as they are, and `InputBatch.add_request` makes each request's output list a
-`TrackedTokenList` (`tracked_outputs`), which the holder reads in O(1) instead of comparing. A
-reasoning config the fast holder refuses (a marker id outside the vocabulary) keeps upstream's
-holder for that batch.
+variant whose reference the installed vLLM is checked against: `watermark@0.21.0` for 0.21.0 to
+0.22.1, `watermark@0.23.0` for 0.23.0 and 0.24.0, `watermark@0.25.0` for 0.25.x, `watermark@0.26.0`
+for 0.26.0 to 0.27.1, `watermark@0.28.0` from 0.28.0 (through 0.33.x). The fast holder takes
+vLLM's `BatchUpdate`, `SamplingParams` and `MoveDirectionality` as they are, and
+`InputBatch.add_request` makes each request's output list a `TrackedTokenList` (`tracked_outputs`),
+which the holder reads in O(1) instead of comparing. A reasoning config the fast holder refuses (a
+marker id outside the vocabulary) keeps upstream's holder for that batch.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """Frozen references of vLLM's `ThinkingBudgetStateHolder` (`v1/sample/thinking_budget_state.py`).
 
-`ThinkBudgetReference` has vLLM 0.22.0's semantics and `ThinkBudgetReference033` vLLM 0.33.0's;
-both are checked against the installed vLLM by the conformance properties. The state is one dict
-per batch row with upstream's keys, so the normalized state (`states()`) compares directly.
+One class per release that changed the holder's semantics (docs/release-changes.md, section B):
+`ThinkBudgetReference` (0.21.0), `ThinkBudgetReference023`, `ThinkBudgetReference025`,
+`ThinkBudgetReference026` and `ThinkBudgetReference028` (unchanged through 0.33); each is checked
+against the installed vLLM by the conformance properties. The later ones are the 0.21 state
+machine with small mixins, one per upstream change. The state is one dict per batch row with
+upstream's keys, so the normalized state (`states()`) compares directly.
 
 Every step reads the output through four hooks (`_take_output`, `_out_len`, `_last_index`,
-`_new_tokens_contain`). Here they do what upstream does: a copy to strip the drafts (0.22) and a
-backwards scan of the whole output for a marker, every step, until it is found. That scan is the
+`_new_tokens_contain`). Here they do what upstream does: a copy to strip the drafts (to 0.25) and
+a backwards scan of the output for a marker, every step, until it is found. That scan is the
 cost the fast holder removes; the state machine itself is shared.
 """
 
@@ -95,8 +98,8 @@ class ThinkBudgetReference:
         return budget
 
     def _swap(self, i1: int, i2: int) -> None:
-        # 0.22 reads both rows without removing them: swapping a tracked row with an untracked
-        # one leaves the same state object on both rows (fixed in 0.33).
+        # Up to 0.27 both rows are read without removing them: swapping a tracked row with an
+        # untracked one leaves the same state object on both rows (fixed in 0.28).
         first, second = self.rows.get(i1), self.rows.get(i2)
         if first is not None:
             self.rows[i2] = first
@@ -142,8 +145,8 @@ class ThinkBudgetReference:
             self._advance(state)
 
     def _take_output(self, state: dict, row: Sequence[int]) -> None:
-        # 0.22 receives output + drafts and strips as many tokens as there are drafts, whether or
-        # not the row really ends with them (vLLM PR #46662).
+        # Up to 0.25 the row is output + drafts, and as many tokens as there are drafts are
+        # stripped, whether or not the row really ends with them (vLLM PR #46662).
         spec_len = len(state["spec_token_ids"])
         if spec_len and len(row) >= spec_len:
             row = row[:-spec_len]
@@ -166,8 +169,7 @@ class ThinkBudgetReference:
         if not self.end:  # nothing can be forced: the entry goes inert
             state.update(thinking_token_budget=-1, in_end=False, force_index=[])
             return
-        self._scan_markers(state)
-        if self._natural_end_exit(state) or state["start_thinking"] == -1:
+        if self._scan_markers(state) or self._natural_end_exit(state) or state["start_thinking"] == -1:
             return
 
         n = self._out_len(state)
@@ -251,13 +253,15 @@ class ThinkBudgetReference:
             state.update(in_end=False, end_count=0, check_count_down=state["thinking_token_budget"])
             self._end_marker_done(state, n)
 
-    # -- version hooks (0.22: no-ops) --------------------------------------------------------------
-    def _scan_markers(self, state: dict) -> None:
-        """A marker position, once found, is kept for good, even if the output shrinks below it."""
+    # -- version hooks (0.21: no-ops) --------------------------------------------------------------
+    def _scan_markers(self, state: dict) -> bool:
+        """A marker position, once found, is kept for good, even if the output shrinks below it.
+        True ends the step there (0.25's force-close on re-entry)."""
         if state["start_thinking"] == -1:
             state["start_thinking"] = self._last_index(state, self.start, 0)
         if state["end_thinking"] == -1:
             state["end_thinking"] = self._last_index(state, self.end, 0)
+        return False
 
     def _natural_end_exit(self, state: dict) -> bool:
         return False
@@ -360,38 +364,70 @@ class ThinkBudgetReference023(_ValidatedBudget, ThinkBudgetReference):
     version = "0.23.0"
 
 
-class ThinkBudgetReference033(_ValidatedBudget, ThinkBudgetReference):
-    """vLLM 0.33.0: committed outputs, `scan_offset`, resets on every way out of a think block,
-    the early natural-end exit, the SWAP fix and budget validation."""
+class _ScanOffset:
+    """From 0.25.0 (vLLM PR #43757): a completed forced end leaves the block (markers and count
+    reset), and the markers are searched only past `scan_offset`, the output length then."""
 
-    version = "0.33.0"
     STATE_KEYS = ThinkBudgetReference.STATE_KEYS + ("scan_offset",)
-
-    def _swap(self, i1: int, i2: int) -> None:
-        first, second = self.rows.pop(i1, None), self.rows.pop(i2, None)
-        if first is not None:
-            self.rows[i2] = first
-        if second is not None:
-            self.rows[i1] = second
 
     def _new_state(self, prompt, budget, output):
         state = super()._new_state(prompt, budget, output)
         state["scan_offset"] = 0
         return state
 
-    def _take_output(self, state: dict, row: Sequence[int]) -> None:
-        state["output_tok_ids"] = row  # committed tokens only (vLLM PR #46662)
-
-    def _scan_markers(self, state: dict) -> None:
-        # Only what follows the last exit counts (vLLM PR #43757).
+    def _scan_markers(self, state: dict) -> bool:
         offset = state["scan_offset"]
         if state["start_thinking"] == -1:
             state["start_thinking"] = self._last_index(state, self.start, offset)
         if state["end_thinking"] == -1:
             state["end_thinking"] = self._last_index(state, self.end, offset)
+        return False
+
+    def _reset_block(self, state: dict, n: int) -> None:
+        state.update(continue_thinking=False, start_thinking=-1, end_thinking=-1, scan_offset=n)
+
+    def _end_marker_done(self, state: dict, n: int) -> None:
+        state["think_count"] = 0
+        self._reset_block(state, n)
+
+
+class _SearchPositions025:
+    """0.25.0 only: each search resumes m - 1 tokens before the output length of its last miss
+    (`start_search_pos` / `end_search_pos`, never reset, so positions rewritten below them are not
+    searched again), and a start found past a forced end (`scan_offset > 0`) is force-closed at
+    once. vLLM 0.26.0 dropped both."""
+
+    STATE_KEYS = _ScanOffset.STATE_KEYS + ("start_search_pos", "end_search_pos")
+
+    def _new_state(self, prompt, budget, output):
+        state = super()._new_state(prompt, budget, output)
+        state.update(start_search_pos=0, end_search_pos=0)
+        return state
+
+    def _search(self, state: dict, marker: list[int], key: str) -> int:
+        since = max(state["scan_offset"], state[key] - (len(marker) - 1), 0)
+        found = self._last_index(state, marker, since)
+        if found == -1:
+            state[key] = self._out_len(state)
+        return found
+
+    def _scan_markers(self, state: dict) -> bool:
+        if state["start_thinking"] == -1:
+            found = self._search(state, self.start, "start_search_pos")
+            state["start_thinking"] = found
+            if found >= 0 and state["scan_offset"] > 0:  # re-entry after a forced end
+                state.update(in_think=False, in_end=True, end_count=0, force_index=[0])
+                return True
+        if state["end_thinking"] == -1:
+            state["end_thinking"] = self._search(state, self.end, "end_search_pos")
+        return False
+
+
+class _NaturalEndReset:
+    """From 0.26.0 (vLLM PR #45984): a natural end leaves the block at once and resets it too."""
 
     def _natural_end_exit(self, state: dict) -> bool:
-        # A natural end after a start in the output leaves the block at once (vLLM PR #45984).
+        # An end after a start in the output, outside the forced end: the block is left here.
         start, end = state["start_thinking"], state["end_thinking"]
         if state["in_end"] or start < 0 or end <= start or state["continue_thinking"]:
             return False
@@ -404,8 +440,44 @@ class ThinkBudgetReference033(_ValidatedBudget, ThinkBudgetReference):
         return not (state["continue_thinking"] and state["end_thinking"] != -1)
 
     def _left_think(self, state: dict, n: int) -> None:
-        state.update(continue_thinking=False, start_thinking=-1, end_thinking=-1, scan_offset=n)
+        self._reset_block(state, n)
 
-    def _end_marker_done(self, state: dict, n: int) -> None:
-        state["think_count"] = 0
-        self._left_think(state, n)
+
+class _CommittedOutputs:
+    """From 0.26.0 (vLLM PRs #46662 / #46576): the sampler hands the holder the committed
+    outputs, which it takes as they are (no draft strip)."""
+
+    def _take_output(self, state: dict, row: Sequence[int]) -> None:
+        state["output_tok_ids"] = row
+
+
+class _SwapPops:
+    """From 0.28.0 (vLLM PR #49613): a SWAP pops both rows before re-inserting their states."""
+
+    def _swap(self, i1: int, i2: int) -> None:
+        first, second = self.rows.pop(i1, None), self.rows.pop(i2, None)
+        if first is not None:
+            self.rows[i2] = first
+        if second is not None:
+            self.rows[i1] = second
+
+
+class ThinkBudgetReference025(_SearchPositions025, _ScanOffset, _ValidatedBudget, ThinkBudgetReference):
+    """vLLM 0.25.0 (to 0.25.1): `scan_offset`, a reset after a forced end, incremental searches
+    and a force-close on re-entry after a forced end."""
+
+    version = "0.25.0"
+
+
+class ThinkBudgetReference026(_CommittedOutputs, _NaturalEndReset, _ScanOffset, _ValidatedBudget,
+                              ThinkBudgetReference):
+    """vLLM 0.26.0 (to 0.27.1): committed outputs, resets on every way out of a think block, the
+    early natural-end exit; 0.25's incremental searches and force-close are gone."""
+
+    version = "0.26.0"
+
+
+class ThinkBudgetReference028(_SwapPops, ThinkBudgetReference026):
+    """vLLM 0.28.0 (to 0.33.0, whose holder is the same): 0.26.0's with the SWAP fix."""
+
+    version = "0.28.0"

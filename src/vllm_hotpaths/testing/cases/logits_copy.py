@@ -201,13 +201,16 @@ def build_logits(program: LogitsProgram, num_rows: int, seed: int, share: float,
 
 # -- the comparisons ------------------------------------------------------------------------
 def processed(impl, step: Step, label: str) -> torch.Tensor:
-    """The implementation's output for `step`, checking that the caller's logits stay as given."""
+    """The implementation's output for `step`, checking that the caller's logits stay as given.
+    Processed logits are fp32, or the caller's dtype where the implementation says it keeps it
+    (`keeps_logits_dtype`: vLLM 0.26.0's sampler and what states it)."""
     logits = step.logits
     before = logits.clone()
     out = impl.apply_sampling_params(*step.args())
     assert_same_bits(logits, before, f"{label}: the caller's logits after the call")
     if out is not logits:
-        assert out.dtype == torch.float32, f"{label}: processed logits are {out.dtype}"
+        dtype = logits.dtype if getattr(impl, "keeps_logits_dtype", False) else torch.float32
+        assert out.dtype == dtype, f"{label}: processed logits are {out.dtype}, expected {dtype}"
         assert out.data_ptr() != logits.data_ptr(), f"{label}: processing wrote into the caller's logits"
     return out
 
@@ -231,8 +234,8 @@ def assert_same_processing(program: LogitsProgram, expected: Side, actual: Side,
             got = processed(got_from, step, f"{label}, {actual.label}")
             if not j:
                 note("copy skipped" if got is step.logits else "processed")
-            assert_same_bits(got.float(), want, f"{label} ({actual.label} vs {expected.label}): "
-                                                "processed logits, upcast to fp32")
+            assert_same_bits(got.float(), want.float(), f"{label} ({actual.label} vs {expected.label}): "
+                                                        "processed logits, upcast to fp32")
 
 
 def assert_conforms(program: LogitsProgram, reference: Side, live: Side, device) -> None:

@@ -3,17 +3,20 @@ runner-change law's side of `rejection_mrv2`).
 
 For the same (seed, position, token), Model Runner V2's Gumbel-max `argmax(logit + g)` with
 `g = -log(E)` is v1's `argmax(p / E)` with the exponential E that v1 would draw: 0.22's
-`g = -log(-log u)` gives `E = -log u`, 0.33's `g = -log(-log1p(-u))` gives `E = -log1p(-u)`. The
-acceptance test gets MRv2's acceptance uniform. Per request, in MRv2's shape:
+`g = -log(-log u)` gives `E = -log u`, the `g = -log(-log1p(-u))` of 0.24 on gives
+`E = -log1p(-u)`. The acceptance test gets MRv2's acceptance uniform. The uniforms, the draft
+scaling and the placeholder rule are those of the MRv2 reference of the version (its class
+attributes). Per request, in MRv2's shape:
 
 - greedy: v1's rejection accepts drafts equal to `target_logits.argmax(-1)` and emits the argmax
   at the first mismatch, or the bonus row's argmax;
 - random: target probabilities `softmax(target_logits)` (the logits are processed already),
-  draft probabilities the softmax of the draft logits (0.33: divided by the temperature, as MRv2
-  does) or one-hot; v1's test `q(d) > 0 and p(d) / q(d) >= u`; at the first rejection v1's
-  `sample_recovered_tokens` reference (the version's) with that row's E; a -1 draft is rejected
-  and resampled from the target (MRv2's choice: v1 has no placeholder drafts); with all drafts
-  accepted, v1's random sampler `argmax(p / E)` on the bonus row.
+  draft probabilities the softmax of the draft logits (0.28 on: divided by the temperature, as
+  MRv2 does) or one-hot; v1's test `q(d) > 0 and p(d) / q(d) >= u`; at the first rejection v1's
+  `sample_recovered_tokens` reference (the version's) with that row's E; a -1 draft (0.25 on) is
+  rejected and, as MRv2 does (v1 has no placeholder drafts), resampled from the target (0.28 on,
+  or one-hot drafts) or from the row's residual `max(p - q, 0)` (0.25 to 0.27 with draft logits);
+  with all drafts accepted, v1's random sampler `argmax(p / E)` on the bonus row.
 """
 
 from __future__ import annotations
@@ -39,28 +42,28 @@ def _v1_accept_kernel(out_ptr, target_ptr, draft_ptr, uniform_ptr, ONE_HOT: tl.c
 
 
 class V1OnRejection:
-    def __init__(self, device="cpu", v1_version: str | None = None, mrv2_version: str = "0.33.0") -> None:
-        from packaging.version import Version
-
+    def __init__(self, device="cpu", v1_version: str | None = None, mrv2_version: str | None = None) -> None:
         from vllm_hotpaths import registry
 
         self.device = torch.device(device)
-        self.v033 = Version(mrv2_version) >= Version("0.33.0")
+        mrv2 = registry.get("rejection_mrv2")
+        # the frozen MRv2 reference class of that version: its behaviours (uniforms, noise, drafts)
+        self.mrv2 = registry.resolve(mrv2.references[mrv2.reference_version_for(mrv2_version)])
         self.v1 = registry.get("recovered_tokens").reference(v1_version)(self.device)
 
     def _exponential(self, u: torch.Tensor) -> torch.Tensor:
-        return -torch.log1p(-u) if self.v033 else -torch.log(u)
+        return -torch.log1p(-u) if self.mrv2.NOISE_LOG1P else -torch.log(u)
 
     def rejection_sample(self, target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
                          expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps):
         check_inputs(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
                      expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
-                     placeholders=self.v033)
+                     placeholders=self.mrv2.PLACEHOLDERS)
         if target_logits.device.type != self.device.type:
             raise InvalidRejectionInput(f"inputs are on {target_logits.device}, the sampler on {self.device}")
         vocab = target_logits.shape[1]
         accept_u, token_u = uniforms(seed[expanded_idx_mapping.long()].contiguous(), pos.contiguous(), vocab,
-                                     self.v033)
+                                     self.mrv2)
         cu, ids = cu_num_logits.tolist(), draft_sampled.tolist()
         sampled = torch.full((len(cu) - 1, num_speculative_steps + 1), -1, dtype=torch.int64, device=self.device)
         counts = []
@@ -90,7 +93,7 @@ class V1OnRejection:
         target_probs = target_logits[rows[0]:rows[-1] + 1].softmax(dim=-1, dtype=torch.float32)
         draft_probs = None
         if draft_logits is not None:
-            scaled = draft_logits[slot] / temp if self.v033 else draft_logits[slot]
+            scaled = draft_logits[slot] / temp if self.mrv2.DRAFT_OVER_TEMP else draft_logits[slot]
             draft_probs = scaled.softmax(dim=-1, dtype=torch.float32)
         out = []
         for j, row in enumerate(rows):
@@ -98,8 +101,10 @@ class V1OnRejection:
             if row == rows[-1]:  # every draft accepted: v1's sampler draws the bonus token
                 return out + [int(target_probs[j:j + 1].div(e).argmax(dim=-1))]
             draft = ids[row + 1]
-            if draft < 0:  # a placeholder: rejected, resampled from the target
-                return out + [int(target_probs[j:j + 1].div(e).argmax(dim=-1))]
+            if draft < 0:  # a placeholder: rejected, resampled as MRv2 does
+                if draft_probs is None or self.mrv2.PLACEHOLDER_ENDS:
+                    return out + [int(target_probs[j:j + 1].div(e).argmax(dim=-1))]
+                return out + [self._recover(0, draft_probs[j:j + 1], target_probs[j:j + 1], e)]
             if self._accepts(target_probs[j, draft], None if draft_probs is None else draft_probs[j, draft],
                              accept_u[row]):
                 out.append(draft)

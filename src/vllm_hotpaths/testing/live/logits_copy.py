@@ -75,6 +75,14 @@ def admit(req_states, req_id: str, prompt_len: int, tokens: list[int], max_model
                   max_tokens=max_model_len - prompt_len)
 
 
+def processes_in_place(version: str | None) -> bool:
+    """vLLM 0.26.x: `apply_sampling_params` runs its steps on the logits it is given, in their
+    dtype (PR #48641; 0.27.0 restores the fp32 copy, PR #49033)."""
+    from packaging.version import Version
+
+    return version is not None and Version("0.26.0") <= Version(version) < Version("0.27.0")
+
+
 class LiveSampler:
     """The installed release's sampler, whatever its signatures (vllm_env.call): a `Sampler` built
     with the reasoning markers where the release takes them (0.28-0.30: `reasoning_config`; from
@@ -82,8 +90,11 @@ class LiveSampler:
     known; earlier releases have no forcing and `reasoning` is unused), and
     `apply_sampling_params(..., skip_top_k_top_p=True)` where the release has it, as its
     `Sampler.sample` calls it (from 0.23: top-k/top-p are applied in the sampling step, which the
-    references leave out). When no request of the batch needs processing, 0.33 returns the
-    caller's tensor itself."""
+    references leave out). When no request of the batch needs processing, 0.27 on return the
+    caller's tensor itself. 0.26.0 makes no fp32 copy: its steps write the logits they are given,
+    in their dtype; it is handed a copy of the caller's logits (the engine's logits are its own
+    scratch tensor; the contract's caller keeps its own) and returns that copy, processed, in
+    the logits' dtype (`keeps_logits_dtype`)."""
 
     def __init__(self, vocab_size: int, max_num_reqs: int, device="cpu", max_model_len: int = 256,
                  reasoning=None):
@@ -93,6 +104,7 @@ class LiveSampler:
         from vllm.v1.worker.gpu.input_batch import post_update
 
         self._SamplingParams, self._post_update = SamplingParams, post_update
+        self.keeps_logits_dtype = processes_in_place(vllm_env.installed_version())
         self.device = torch.device(device)
         self.vocab_size, self.max_model_len = vocab_size, max_model_len
         with host_uva(buffer_utils):
@@ -200,8 +212,10 @@ class LiveSampler:
 
     def apply_sampling_params(self, logits, rows: list[int], local_pos: list[int],
                               input_ids: list[int], pos: list[int]) -> torch.Tensor:
-        return vllm_env.call(self.sampler.apply_sampling_params,
-                             **self.sampler_args(logits, rows, local_pos, input_ids, pos))
+        args = self.sampler_args(logits, rows, local_pos, input_ids, pos)
+        if self.keeps_logits_dtype:  # 0.26.0 processes the tensor it is given, in place
+            args["logits"] = logits.clone()
+        return vllm_env.call(self.sampler.apply_sampling_params, **args)
 
     def sample(self, processed_logits, rows: list[int], pos: list[int]) -> torch.Tensor:
         expanded, _, positions = self._mapping(rows, pos)

@@ -1,8 +1,10 @@
 """The installed vLLM's Model Runner V2 `rejection_sample` behind the `rejection_mrv2` contract:
-vLLM's own function (0.22 and 0.33 take the same leading arguments; the default path: no
-synthetic rates, fp32 Gumbel noise, no block verification, watermark or adaptive window), its
-kernels interpreted on CPU. Inputs are checked first (upstream reads at every id unchecked), and
-the entries past each request's `num_sampled`, left uninitialised upstream, are filled with -1.
+vLLM's own function (0.22 to 0.33 take the same leading arguments; the default path: no
+synthetic rates, fp32 Gumbel noise, no block verification, watermark, fly or adaptive window), its
+kernels interpreted on CPU. Inputs are checked first (upstream reads at every id unchecked; -1
+placeholder drafts only from 0.25, where upstream rejects them: 0.22 to 0.24 read at -1, PR
+#46533), and the entries past each request's `num_sampled`, left uninitialised upstream, are
+filled with -1.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ class LiveRejectionSampler:
     def __init__(self, device="cpu") -> None:
         self._utils = vllm_env.import_vllm("vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils")
         version = vllm_env.installed_version()
-        self.placeholders = version is not None and Version(version) >= Version("0.33.0")
+        self.placeholders = version is not None and Version(version) >= Version("0.25.0")
 
     def __deepcopy__(self, memo):
         raise TypeError("vLLM's module holds compiled kernels; the checks never copy it")
