@@ -98,6 +98,3 @@ class SkipUnprocessed028(SkipUnprocessed):
     """The same rule over the 0.28.0 reference (thinking budgets count)."""
 
     reference_type = Sampler028
-
-
-SkipUnprocessed033 = SkipUnprocessed028  # the name while its reference was keyed at 0.33.0

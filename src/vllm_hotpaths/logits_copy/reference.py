@@ -456,6 +456,3 @@ class Sampler028(Sampler027):
                                    budget)
             if forced is not None:
                 out[i, forced] = self.FORCED_LOGIT
-
-
-Sampler033 = Sampler028  # the name this reference had while it was keyed at 0.33.0

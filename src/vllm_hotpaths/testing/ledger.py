@@ -238,13 +238,6 @@ def _change_from(first_version: str, hotpath: str, link: str, summary: str, affe
                            summary=summary, affects=affects, required=False, kind="change", shows=shows)
 
 
-def _change_in_033(hotpath: str, link: str, summary: str, affects: Callable[[object], bool],
-                   shows: str | None = None) -> KnownDivergence:
-    """A change seen first by the 0.33.0 gate (the release that brought it is not yet pinned down:
-    docs/release-changes.md names the candidates); affected programs may agree."""
-    return _change_from("0.33.0", hotpath, link, summary, affects, shows)
-
-
 LEDGER += [
     _change_from(
         "0.28.0", "think_budget", "https://github.com/vllm-project/vllm/pull/49613",
