@@ -211,8 +211,9 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
     verdict = {"0.22.0": "pass", "0.23.0": "fail"}
 
     def gate(self, version, python, hotpaths, checks):
+        fixture = str(self.store / f"gate-vllm-{version}" / "fixtures" / "case.json")
         rows = [{"hotpath": "penalties", "check": kind, "status": verdict[version], "device": "cpu",
-                 "implementation": "incremental", "excused": [], "skip_reasons": [], "fixture": None}
+                 "implementation": "incremental", "excused": [], "skip_reasons": [], "fixture": fixture}
                 for kind in ("equivalence", "conformance")]
         return {"results": rows, "runner_choice": [], "seed": 1, "verdict": "pass"}, {}
 
@@ -228,7 +229,8 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
     table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None,
                           record_to=validated)
     for version in ("0.22.0", "0.22.1", "0.23.0"):
-        table.release(version)
+        result = table.release(version)
+    assert result["hotpaths"]["penalties"]["fixtures"] == ["matrix/gate-vllm-0.23.0/fixtures/case.json"]  # from OUT
     rows = json.loads(validated.read_text())["penalties"]
     assert rows["0.22.0"] == gpu_row
     assert rows["0.22.1"]["devices"] == ["cpu"] and rows["0.22.1"]["shared_with"] == "0.22.0"

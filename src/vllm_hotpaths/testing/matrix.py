@@ -197,7 +197,7 @@ class Matrix:
             gates.append({"hotpaths": names, "checks": checks or "all", "seed": report["seed"],
                           "verdict": report["verdict"]})
             for name in names:
-                rows = [r for r in report["results"] if r["hotpath"] == name]
+                rows = [{**r, "fixture": self._relative(r["fixture"])} for r in report["results"] if r["hotpath"] == name]
                 cells[name] = self._own_cell(rows, traced.get(name, []), vllm_root, here[name], equivalence[name])
         choice = report["runner_choice"] if report else runner_choice.choices(str(python))
         result = {"version": version, "commit": self.commit, "profile": self.profile,
@@ -214,6 +214,12 @@ class Matrix:
             or "nothing (every hot path shared)"
         self.log(f"matrix: vLLM {version} done in {result['duration_s']:.0f} s; gated {ran}")
         return result
+
+    def _relative(self, path: str | None) -> str | None:
+        """A fixture the gate wrote under OUT, as a path from OUT (the page travels with it)."""
+        if path and Path(path).is_relative_to(self.out):
+            return str(Path(path).relative_to(self.out))
+        return path
 
     def record(self, result: dict) -> None:
         """The plugin's validated file for this release, as `gate --record` writes it: a hot path
