@@ -117,7 +117,6 @@ def _interpreted(name: str):
     error that names it (the interpreter would otherwise fail on it without saying which)."""
 
     def call(*args, _semantic=None, **kwargs):
-        import numpy as np
         from triton.language import core
         from triton.runtime.interpreter import TensorHandle
 
