@@ -214,7 +214,17 @@ def test_a_version_before_mrv2s_thinking_budget_says_what_vllm_does_instead():
     assert not hotpath.exists_in("0.25.9") and hotpath.exists_in("0.28.0")
     assert "fails at start-up" in hotpath.absence("0.22.0") and "warns" not in hotpath.absence("0.22.0")
     assert "warns at start-up" in hotpath.absence("0.25.0") and "refuses each request" in hotpath.absence("0.25.0")
-    assert hotpath.absence("0.16.0") == "vLLM 0.16.0 has no think_budget_mrv2 (it is there from 0.28.0)"
+    assert hotpath.absence("0.16.0").startswith("vLLM 0.16.0: think_budget_mrv2 is checked from 0.28.0: ")
+    assert "opt-in" in hotpath.absence("0.21.0") and "opt-in" not in hotpath.absence("0.22.0")
+
+
+def test_model_runner_v2_before_022_says_what_runs_there():
+    """Before 0.22 Model Runner V2 is opt-in: penalties_mrv2 is checked there (the same arithmetic);
+    the skip rows of the others say what the opt-in runner does instead."""
+    assert registry.get("penalties_mrv2").exists_in("0.16.0")
+    rejection, logits = registry.get("rejection_mrv2"), registry.get("logits_copy")
+    assert "strictly" in rejection.absence("0.17.1") and "probabilistic" in rejection.absence("0.18.0")
+    assert "no apply_sampling_params" in logits.absence("0.17.1") and "no reference yet" in logits.absence("0.21.0")
 
 
 def test_a_release_before_the_thinking_budget_holder_says_what_it_has_instead():

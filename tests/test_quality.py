@@ -148,7 +148,7 @@ def test_penalties_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
     result = run_cli(
         "-m", "pytest", "properties/test_conformance.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink",
         f"--junitxml={tmp_path / 'junit.xml'}", "-k", "penalties_mrv2 and cpu", "--hypothesis-profile", "ci",
-        "--reference", f"penalties_mrv2@0.22.0=properties.quality.penalties_mrv2:{mutant}",
+        "--reference", f"penalties_mrv2@0.16.0=properties.quality.penalties_mrv2:{mutant}",
         "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
     )
     assert_caught_with_fixture(result, tmp_path, "penalties_mrv2", mutant)

@@ -2,7 +2,7 @@
 
 There is no fast path to plant a bug in, so each is checked in place of the frozen reference:
 `pytest properties/test_conformance.py -k "penalties_mrv2 and cpu"
---reference penalties_mrv2@0.22.0=properties.quality.penalties_mrv2:NAME`. `tests/test_quality.py`
+--reference penalties_mrv2@0.16.0=properties.quality.penalties_mrv2:NAME`. `tests/test_quality.py`
 runs the CPU ones (kernels interpreted); `ExactDivision` and `UnfusedFrequency` differ only where
 Triton's arithmetic is not IEEE's: on CUDA (ci/gpu/cuda-suite.sh, PARTS=quality).
 """

@@ -63,8 +63,8 @@ class HotPath:
         return self.since is None or version_key(vllm_version) >= version_key(self.since)
 
     def absence(self, vllm_version: str) -> str:
-        """Why `vllm_version` has no such hot path, and what it does instead."""
-        text = f"vLLM {vllm_version} has no {self.name} (it is there from {self.since})"
+        """Why `vllm_version` is not checked for this hot path, and what it does instead."""
+        text = f"vLLM {vllm_version}: {self.name} is checked from {self.since}"
         earlier = [what for first, what in self.before_since if version_key(first) <= version_key(vllm_version)]
         return f"{text}: {earlier[-1]}" if earlier else text
 
@@ -256,8 +256,13 @@ THINK_BUDGET_BEFORE = (
                "decoding; not checked by this suite"),
 )
 
+# Model Runner V2 before 0.22: opt-in (VLLM_USE_V2_MODEL_RUNNER=1); engines run v1 by default.
+MRV2_OPT_IN = "Model Runner V2 is opt-in (VLLM_USE_V2_MODEL_RUNNER=1; engines run Model Runner v1 by default)"
+
 # Model Runner V2 and a thinking budget before 0.28 (read in each version's config and engine).
 THINK_BUDGET_MRV2_BEFORE = (
+    ("0.16.0", f"{MRV2_OPT_IN} and its code (v1/worker/gpu/) reads no thinking budget; budgets are "
+               "enforced by Model Runner v1 (from 0.19)"),
     ("0.22.0", "Model Runner V2 refuses a thinking budget: an engine with a reasoning config runs on Model "
                "Runner v1, and forcing V2 (VLLM_USE_V2_MODEL_RUNNER=1) fails at start-up with 'does not yet "
                "support: reasoning budget enforcement' (config/vllm.py); budgets are enforced by v1's "
@@ -265,6 +270,25 @@ THINK_BUDGET_MRV2_BEFORE = (
     ("0.25.0", "Model Runner V2 warns at start-up that it does not support thinking_token_budget, and refuses "
                "each request that sets one with a ValueError (v1/engine/input_processor.py); budgets are "
                "enforced only on Model Runner v1 (VLLM_USE_V2_MODEL_RUNNER=0), by v1's think_budget"),
+)
+
+# Model Runner V2's draft verification before 0.22 (read in each release's spec_decode/).
+REJECTION_MRV2_BEFORE = (
+    ("0.16.0", f"{MRV2_OPT_IN}; it verifies drafts strictly: a draft is accepted while it equals the token "
+               "the target sampled at its position (spec_decode/rejection_sample.py), no draft "
+               "probabilities; not checked by this suite"),
+    ("0.18.0", f"{MRV2_OPT_IN}; its RejectionSampler (spec_decode/rejection_sampler.py) adds probabilistic "
+               "rejection, reworked in 0.19, 0.20 and 0.21 (docs/release-changes.md); not checked by this "
+               "suite, whose first reference is 0.22's rejection_sample"),
+)
+
+# Model Runner V2's sampling steps before 0.22.
+LOGITS_COPY_BEFORE = (
+    ("0.16.0", f"{MRV2_OPT_IN}; Sampler.sample copies every logit to fp32 before its steps, with no "
+               "apply_sampling_params (sample/sampler.py); not checked by this suite"),
+    ("0.18.0", f"{MRV2_OPT_IN}; its Sampler.apply_sampling_params makes the same fp32 copy; not checked by "
+               "this suite: 0.21.0's processed logits differ from the 0.22.0 reference (a penalized logit "
+               "0.5 apart after a slot is reused) and the releases before 0.22 have no reference yet"),
 )
 
 REJECTION_MRV2_CONTRACT = Contract(
@@ -376,7 +400,8 @@ HOTPATHS: dict[str, HotPath] = {
         patch="vllm_hotpaths.logits_copy.patch:install",
         checks="vllm_hotpaths.testing.cases.logits_copy:LogitsCopyChecks",
         runner="mrv2",
-        since="0.22.0",  # 0.16's Model Runner v2 sampler has no apply_sampling_params
+        since="0.22.0",
+        before_since=LOGITS_COPY_BEFORE,
     ),
     # Model Runner V2's penalties: the same upstream semantics as `penalties` on a different
     # state (slots, device-side counts), and on CUDA a different arithmetic. No fast path yet:
@@ -385,13 +410,13 @@ HOTPATHS: dict[str, HotPath] = {
         name="penalties_mrv2",
         upstream="vllm.v1.worker.gpu.sample.penalties.PenaltiesState + input_batch.post_update",
         contract=PENALTIES_MRV2_CONTRACT,
-        references={"0.22.0": "vllm_hotpaths.penalties_mrv2.reference:SlotPenalties"},
+        references={"0.16.0": "vllm_hotpaths.penalties_mrv2.reference:SlotPenalties"},
         fast={},
         live="vllm_hotpaths.testing.live.penalties_mrv2:live_slot_penalties",
         triton=True,
         checks="vllm_hotpaths.testing.cases.penalties_mrv2:SlotPenaltiesChecks",
         runner="mrv2",
-        since="0.22.0",  # the first version checked; 0.16 engines run Model Runner v1
+        # 0.16-0.21: Model Runner V2 is opt-in (VLLM_USE_V2_MODEL_RUNNER=1), its penalties the same.
         v1_counterpart="penalties",
     ),
     # Model Runner V2's thinking budget (PR #46727): stateless forcing from the last start and
@@ -427,7 +452,8 @@ HOTPATHS: dict[str, HotPath] = {
         triton=True,
         checks="vllm_hotpaths.testing.cases.rejection_mrv2:RejectionChecks",
         runner="mrv2",
-        since="0.22.0",  # the first version checked; 0.16 engines run Model Runner v1
+        since="0.22.0",
+        before_since=REJECTION_MRV2_BEFORE,
         v1_counterpart="recovered_tokens",
     ),
 }

@@ -72,7 +72,7 @@ class _Slot:
 
 
 class SlotPenalties:
-    """vLLM 0.22.0-0.33.0 Model Runner V2 penalties (the contract: `penalties_mrv2`)."""
+    """vLLM 0.16.0-0.33.0 Model Runner V2 penalties (the contract: `penalties_mrv2`)."""
 
     def __init__(self, vocab_size: int, max_num_reqs: int, max_model_len: int, device="cpu") -> None:
         if vocab_size < 1 or max_num_reqs < 1 or max_model_len < 1:

@@ -443,29 +443,36 @@ def _uses(penalties) -> bool:
 
 
 MRV2_PENALTIES = "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/penalties.py"
+
+
+def _penalties_runner_change(link: str, summary: str, affects: Callable[[object], bool], **kw) -> KnownDivergence:
+    """Model Runner V2's penalties arithmetic is the same from 0.16 (opt-in until 0.22)."""
+    return _runner_change("penalties_mrv2", link, summary, affects, first_version="0.16.0", **kw)
+
+
 LEDGER += [
-    _runner_change(
-        "penalties_mrv2", f"{MRV2_PENALTIES}#L176",
+    _penalties_runner_change(
+        f"{MRV2_PENALTIES}#L176",
         summary="repetition on CUDA: Model Runner V2 multiplies a positive logit by Triton's 1.0 / p, "
                 "an approximate division (div.full.f32); v1's CUDA op divides x / p exactly",
         affects=lambda case: any(rep != 1.0 for rep, _, _ in _penalties(case)), devices=("cuda",)),
-    _runner_change(
-        "penalties_mrv2", f"{MRV2_PENALTIES}#L179",
+    _penalties_runner_change(
+        f"{MRV2_PENALTIES}#L179",
         summary="frequency on CUDA: Model Runner V2's x - f * count compiles to one fused multiply-add "
                 "(one rounding); v1 rounds f * count, then the difference (named for requests without "
                 "repetition: with it, the repetition entry names the request)",
         affects=lambda case: any(rep == 1.0 and freq != 0.0 for rep, freq, _ in _penalties(case)),
         devices=("cuda",)),
-    _runner_change(
-        "penalties_mrv2", f"{MRV2_PENALTIES}#L133",
+    _penalties_runner_change(
+        f"{MRV2_PENALTIES}#L133",
         summary="a request whose penalties are all neutral but a -0.0 frequency or presence: Model "
                 "Runner V2 leaves its logits alone; v1 penalizes the whole batch and its x - (-0.0) "
                 "turns a -0.0 logit into +0.0 (no sampled token changes)",
         affects=lambda case: any(rep == 1.0 and freq == 0.0 and pres == 0.0
                                  and (math.copysign(1, freq) < 0 or math.copysign(1, pres) < 0)
                                  for rep, freq, pres in _penalties(case))),
-    _runner_change(
-        "penalties_mrv2", f"{MRV2_PENALTIES}#L127-L133",
+    _penalties_runner_change(
+        f"{MRV2_PENALTIES}#L127-L133",
         summary="a request whose penalties are all neutral, in a batch where another has penalties, on "
                 "CUDA: Model Runner V2 leaves its logits alone; v1 penalizes the whole batch, and its "
                 "x * 1 and x - 0 turn a NaN logit into the canonical NaN (no sampled token changes)",

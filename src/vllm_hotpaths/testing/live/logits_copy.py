@@ -19,6 +19,7 @@ None seed to a random one (sample/states.py l.241, l.247).
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 
 import numpy as np
@@ -58,14 +59,43 @@ def host_uva(buffer_utils):
         buffer_utils.UvaBuffer = original
 
 
+def _h2d_unpinned(data, dtype, device=None, pin_memory=False, target_device=None):
+    """`async_tensor_h2d` (its third argument is `target_device` until 0.20, `device` from 0.21)."""
+    return torch.tensor(data, dtype=dtype).to(device if device is not None else target_device)
+
+
+@contextmanager
+def unpinned_h2d():
+    """0.17 to 0.21 copy host lists to the device through pinned memory
+    (`async_tensor_h2d(..., pin_memory=True)`), and 0.16 synchronizes CUDA when its staging buffer
+    grows, which a host without CUDA refuses; there the same values are copied unpinned in the
+    Model Runner V2 modules that call it, and there is nothing to synchronize."""
+    if torch.cuda.is_available():
+        yield
+        return
+    modules = [m for name, m in list(sys.modules.items())
+               if name.startswith("vllm.v1.worker.gpu") and hasattr(m, "async_tensor_h2d")]
+    originals = [m.async_tensor_h2d for m in modules]
+    for module in modules:
+        module.async_tensor_h2d = _h2d_unpinned
+    synchronize, torch.cuda.synchronize = torch.cuda.synchronize, lambda *_: None  # (0.16's staged writes)
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize = synchronize
+        for module, original in zip(modules, originals):
+            module.async_tensor_h2d = original
+
+
 def request_state(max_num_reqs: int, max_model_len: int, vocab_size: int, device):
     """vLLM's Model Runner V2 `RequestState` as the adapters use it (one speculative step, a
-    token budget of one model length); call inside `host_uva`."""
+    token budget of one model length; 0.18 and 0.19 also ask whether to cache draft logits: no);
+    call inside `host_uva`."""
     from vllm.v1.worker.gpu.states import RequestState
 
-    return RequestState(max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-                        max_num_batched_tokens=max_model_len, num_speculative_steps=1,
-                        vocab_size=vocab_size, device=device)
+    return vllm_env.call(RequestState, max_num_reqs=max_num_reqs, max_model_len=max_model_len,
+                         max_num_batched_tokens=max_model_len, num_speculative_steps=1,
+                         vocab_size=vocab_size, device=device, model_dtype=torch.float32, cache_draft_logits=False)
 
 
 def admit(req_states, req_id: str, prompt_len: int, tokens: list[int], max_model_len: int) -> None:
@@ -103,7 +133,7 @@ class LiveSampler:
         from vllm.v1.worker.gpu import buffer_utils
         from vllm.v1.worker.gpu.input_batch import post_update
 
-        self._SamplingParams, self._post_update = SamplingParams, post_update
+        self._SamplingParams, self._post_update, self._buffer_utils = SamplingParams, post_update, buffer_utils
         self.keeps_logits_dtype = processes_in_place(vllm_env.installed_version())
         self.device = torch.device(device)
         self.vocab_size, self.max_model_len = vocab_size, max_model_len
@@ -159,14 +189,15 @@ class LiveSampler:
         admit(rs, self._req_id(slot), len(prompt), tokens, self.max_model_len)
         vllm_env.call(self.sampler.add_request, req_idx=slot, prompt_len=len(prompt), sampling_params=sp)
         assert rs.req_id_to_index[self._req_id(slot)] == slot
-        rs.apply_staged_writes()
-        self.sampler.apply_staged_writes()
+        with unpinned_h2d(), host_uva(self._buffer_utils):
+            rs.apply_staged_writes()
+            self.sampler.apply_staged_writes()
         self.params[slot] = sp
 
     def remove_request(self, slot: int) -> None:
-        freed = self.req_states.remove_request(self._req_id(slot))  # 0.22: a bool; 0.33: the slot
-        if freed is None or freed is False:
+        if self._req_id(slot) not in self.req_states.req_id_to_index:  # (until 0.21 removing one is silent)
             raise KeyError(f"no request in slot {slot}")
+        self.req_states.remove_request(self._req_id(slot))
         self.params.pop(slot, None)
 
     def append_output(self, slot: int, tokens: list[int]) -> None:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 
 from vllm_hotpaths import vllm_env
 from vllm_hotpaths.penalties_mrv2 import InvalidPenaltiesInput
-from vllm_hotpaths.testing.live.logits_copy import admit, host_uva, request_state
+from vllm_hotpaths.testing.live.logits_copy import admit, host_uva, request_state, unpinned_h2d
 
 
 def _check_ids(vocab_size: int, *lists, lowest: int = 0) -> None:
@@ -28,14 +29,15 @@ def _check_ids(vocab_size: int, *lists, lowest: int = 0) -> None:
 
 
 class LiveSlotPenalties:
-    """The API until 0.30: `PenaltiesState(req_states)`, `apply_penalties(logits, ...)`."""
+    """The API from 0.17 to 0.30: `PenaltiesState(req_states)`, `apply_penalties(logits, ...)`
+    (until 0.21 also given the speculative length its draft loop unrolls to)."""
 
     def __init__(self, vocab_size: int, max_num_reqs: int, max_model_len: int, device="cpu") -> None:
         self._penalties = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.penalties")
         from vllm.v1.worker.gpu import buffer_utils
         from vllm.v1.worker.gpu.input_batch import post_update
 
-        self._post_update = post_update
+        self._post_update, self._buffer_utils = post_update, buffer_utils
         self.device = torch.device(device)
         self.vocab_size, self.max_model_len = vocab_size, max_model_len
         with host_uva(buffer_utils):
@@ -61,13 +63,18 @@ class LiveSlotPenalties:
         repetition, frequency, presence = penalties
         self.state.add_request(slot, SimpleNamespace(repetition_penalty=repetition, frequency_penalty=frequency,
                                                      presence_penalty=presence))
-        rs.apply_staged_writes()
+        with unpinned_h2d(), host_uva(self._buffer_utils):  # (0.16 makes its UVA pool here)
+            rs.apply_staged_writes()
+            self._apply_staged_writes()
+
+    def _apply_staged_writes(self) -> None:
         self.state.apply_staged_writes()
 
     def remove_request(self, slot: int) -> None:
-        freed = self.req_states.remove_request(f"slot-{slot}")  # 0.22: a bool; 0.33: the slot or None
-        if freed is None or freed is False:
+        req_id = f"slot-{slot}"
+        if req_id not in self.req_states.req_id_to_index:  # (until 0.21 removing one is silent)
             raise KeyError(f"no request in slot {slot}")
+        self.req_states.remove_request(req_id)
 
     def commit(self, slots, sampled) -> None:
         """vLLM's `post_update` for the step's requests: `sampled[i]` accepted, none rejected."""
@@ -85,7 +92,11 @@ class LiveSlotPenalties:
             torch.tensor(list(slots), **i32), rs.num_computed_tokens.gpu, rs.last_sampled_tokens,
             self.state.output_bin_counts, table.to(dev), counts, torch.zeros(len(slots), **i32),
             torch.cat([torch.zeros(1, **i32), torch.cumsum(counts, 0, dtype=torch.int32)]),
-            rs.all_token_ids.gpu, rs.total_len.gpu)
+            *self._token_history())
+
+    def _token_history(self) -> tuple:
+        """`post_update`'s last arguments: the request table's token ids and lengths (0.17 on)."""
+        return self.req_states.all_token_ids.gpu, self.req_states.total_len.gpu
 
     def _layout(self, rows, local_pos, input_ids):
         on = dict(dtype=torch.int32, device=self.device)
@@ -96,8 +107,26 @@ class LiveSlotPenalties:
     def apply_penalties(self, logits, rows, local_pos, input_ids) -> torch.Tensor:
         _check_ids(self.vocab_size, input_ids, lowest=-1)
         expanded, idx_mapping_np, ids, local = self._layout(rows, local_pos, input_ids)
-        self.state.apply_penalties(logits, expanded, idx_mapping_np, ids, local)
+        # Until 0.21 the kernel counts a row's earlier drafts up to the model runner's
+        # num_speculative_steps + 1; any length covering the step's drafts gives the same counts.
+        vllm_env.call(self.state.apply_penalties, logits, expanded, idx_mapping_np, ids, local,
+                      num_speculative_tokens=max(local_pos, default=0) + 1)
         return logits
+
+
+class LiveSlotPenalties016(LiveSlotPenalties):
+    """0.16's API: `PenaltiesState(max_num_reqs, vocab_size, device)`, whose staged writes count
+    the prefill tokens the model runner passes; `post_update` without the token table."""
+
+    def _state(self):
+        return self._penalties.PenaltiesState(self.req_states.max_num_reqs, self.vocab_size, self.device)
+
+    def _apply_staged_writes(self) -> None:
+        rs = self.req_states
+        self.state.apply_staged_writes(rs.prefill_token_ids.gpu, rs.prefill_len.np, rs.prompt_len)
+
+    def _token_history(self) -> tuple:
+        return ()
 
 
 class LiveSlotPenalties033(LiveSlotPenalties):
@@ -126,8 +155,13 @@ class LiveSlotPenalties033(LiveSlotPenalties):
 
 
 def live_slot_penalties(vocab_size: int, max_num_reqs: int, max_model_len: int, device="cpu"):
-    """The installed vLLM's Model Runner V2 penalties behind the contract (by its API: a
-    logits processor's `apply(logits, ctx)` from 0.31)."""
+    """The installed vLLM's Model Runner V2 penalties behind the contract (by its API: 0.16's
+    own state, a logits processor's `apply(logits, ctx)` from 0.31)."""
     penalties = vllm_env.import_vllm("vllm.v1.worker.gpu.sample.penalties")
-    cls = LiveSlotPenalties033 if hasattr(penalties.PenaltiesState, "apply") else LiveSlotPenalties
+    if hasattr(penalties.PenaltiesState, "apply"):
+        cls = LiveSlotPenalties033
+    elif "max_num_reqs" in inspect.signature(penalties.PenaltiesState).parameters:
+        cls = LiveSlotPenalties016
+    else:
+        cls = LiveSlotPenalties
     return cls(vocab_size, max_num_reqs, max_model_len, device)
