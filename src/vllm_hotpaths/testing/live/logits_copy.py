@@ -244,6 +244,9 @@ class LiveSampler:
     def apply_sampling_params(self, logits, rows: list[int], local_pos: list[int],
                               input_ids: list[int], pos: list[int]) -> torch.Tensor:
         args = self.sampler_args(logits, rows, local_pos, input_ids, pos)
+        # The engine builds its sampler with num_speculative_steps + 1, up to which 0.18-0.21's
+        # penalties count a row's earlier drafts: any length covering this step's drafts agrees.
+        self.sampler.num_speculative_tokens = max(local_pos, default=0) + 1
         if self.keeps_logits_dtype:  # 0.26.0 processes the tensor it is given, in place
             args["logits"] = logits.clone()
         return vllm_env.call(self.sampler.apply_sampling_params, **args)
