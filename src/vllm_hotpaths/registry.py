@@ -276,10 +276,11 @@ THINK_BUDGET_MRV2_BEFORE = (
 REJECTION_MRV2_BEFORE = (
     ("0.16.0", f"{MRV2_OPT_IN}; it verifies drafts strictly: a draft is accepted while it equals the token "
                "the target sampled at its position (spec_decode/rejection_sample.py), no draft "
-               "probabilities; not checked by this suite"),
-    ("0.18.0", f"{MRV2_OPT_IN}; its RejectionSampler (spec_decode/rejection_sampler.py) adds probabilistic "
-               "rejection, reworked in 0.19, 0.20 and 0.21 (docs/release-changes.md); not checked by this "
-               "suite, whose first reference is 0.22's rejection_sample"),
+               "probabilities: another contract, not checked by this suite"),
+    ("0.18.0", f"{MRV2_OPT_IN}; its default rejection is still strict (rejection_sample_method='strict'); "
+               "the probabilistic one is opt-in, needs draft logits and was reworked in 0.19 and 0.20 "
+               "(docs/release-changes.md); not checked by this suite, whose first reference is 0.21's "
+               "default ('standard')"),
 )
 
 # Model Runner V2's sampling steps before 0.22.
@@ -443,7 +444,8 @@ HOTPATHS: dict[str, HotPath] = {
         name="rejection_mrv2",
         upstream="vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils.rejection_sample",
         contract=REJECTION_MRV2_CONTRACT,
-        references={"0.22.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler022",
+        references={"0.21.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler021",
+                    "0.22.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler022",
                     "0.24.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler024",
                     "0.25.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler025",
                     "0.28.0": "vllm_hotpaths.rejection_mrv2.reference:RejectionSampler028",
@@ -453,7 +455,7 @@ HOTPATHS: dict[str, HotPath] = {
         triton=True,
         checks="vllm_hotpaths.testing.cases.rejection_mrv2:RejectionChecks",
         runner="mrv2",
-        since="0.22.0",
+        since="0.21.0",  # the first release whose default path is this rejection
         before_since=REJECTION_MRV2_BEFORE,
         v1_counterpart="recovered_tokens",
     ),

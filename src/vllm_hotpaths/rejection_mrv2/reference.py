@@ -1,5 +1,5 @@
 """Frozen references of Model Runner V2's rejection sampling, keyed at the vLLM releases where its
-default path changed: 0.22.0, 0.24.0, 0.25.0, 0.28.0 and 0.31.0 (the contract: `rejection_mrv2`;
+default path changed: 0.21.0, 0.22.0, 0.24.0, 0.25.0, 0.28.0 and 0.31.0 (the contract: `rejection_mrv2`;
 the semantics: this package's docstring).
 
 Four Triton kernels with upstream's phases, block sizes and lane arithmetic, so that on CUDA
@@ -12,8 +12,9 @@ reductions, lowest-lane ties) and in the interpreter NumPy runs the same operati
    one floored at 4.66e-10; a -1 draft is rejected from 0.25, and ends a random request's
    verification from 0.28);
 3. per request and 1024-lane block: the Gumbel-max of the resampled row's residual (Philox noise
-   keyed by `randint(seed, pos)` and the token, `-log(-log u)` in 0.22, `-log(-log1p(-u))` from
-   0.24; from 0.31 a murmur3 hash of (seed, pos, token) and a series for log1p);
+   keyed by `randint(seed, pos)` and the token: in 0.21 a fp64 uniform from 64 bits and the
+   residual in fp64, `-log(-log u)` in fp32 in 0.22, `-log(-log1p(-u))` from 0.24; from 0.31 a
+   murmur3 hash of (seed, pos, token) and a series for log1p);
 4. per request: the argmax over the blocks' maxima (0.28 on first maps a NaN maximum to -inf).
 
 Each behaviour is a class attribute (a constexpr of the kernels), set by the reference of the
@@ -234,7 +235,7 @@ def _resample_kernel(block_argmax_ptr, block_max_ptr, target_ptr, t_lse_ptr, dra
                      num_sampled_ptr, cu_ptr, row_slot_ptr, ids_ptr, temp_ptr, seed_ptr, pos_ptr,
                      vocab_size, num_steps, num_blocks, BLOCK: tl.constexpr, HAS_DRAFT: tl.constexpr,
                      PLACEHOLDER_ENDS: tl.constexpr, DRAFT_OVER_TEMP: tl.constexpr, RESIDUAL_LOG1P: tl.constexpr,
-                     NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
+                     NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr, GUMBEL_FP64: tl.constexpr):
     req = tl.program_id(0)
     step = tl.load(num_sampled_ptr + req).to(tl.int64)
     start = tl.load(cu_ptr + req).to(tl.int64)
@@ -270,10 +271,15 @@ def _resample_kernel(block_argmax_ptr, block_max_ptr, target_ptr, t_lse_ptr, dra
         residual = tl.where(ratio < 1.0, t_lp + gap, float("-inf")).to(tl.float32)
     else:
         residual = tl.where(lanes != tl.load(ids_ptr + row + 1), x, float("-inf")).to(tl.float32)
+    if GUMBEL_FP64:  # 0.21: the residual and its noise in fp64
+        residual = residual.to(tl.float64)
     if temp != 0.0:
         seed = tl.load(seed_ptr + slot)
         pos = tl.load(pos_ptr + row)
-        noise = _gumbel(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
+        if GUMBEL_FP64:
+            noise = -tl.log(-tl.log(_philox_uniform64(tl.randint(seed, pos), lanes)))
+        else:
+            noise = _gumbel(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
         residual = tl.where(inside, residual + noise, float("-inf"))
     top, lane = tl.max(residual, axis=0, return_indices=True)
     tl.store(block_argmax_ptr + req * num_blocks + block, block * BLOCK + lane)
@@ -298,13 +304,17 @@ def _insert_kernel(sampled_ptr, num_sampled_ptr, block_argmax_ptr, block_max_ptr
 
 @triton.jit
 def _uniforms_kernel(accept_ptr, token_ptr, seed_ptr, pos_ptr, vocab_size, BLOCK: tl.constexpr,
-                     ACCEPT_FP32: tl.constexpr, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
+                     ACCEPT_FP32: tl.constexpr, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr,
+                     GUMBEL_FP64: tl.constexpr):
     row = tl.program_id(0)
     block = tl.program_id(1)
     seed = tl.load(seed_ptr + row)
     pos = tl.load(pos_ptr + row)
     lanes = block * BLOCK + tl.arange(0, BLOCK)
-    u = _token_uniform(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
+    if GUMBEL_FP64:
+        u = _philox_uniform64(tl.randint(seed, pos), lanes)
+    else:
+        u = _token_uniform(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
     tl.store(token_ptr + row * vocab_size + lanes, u, mask=lanes < vocab_size)
     if block == 0:
         if ACCEPT_FP32:
@@ -317,21 +327,27 @@ def _uniforms_kernel(accept_ptr, token_ptr, seed_ptr, pos_ptr, vocab_size, BLOCK
 def uniforms(seed: torch.Tensor, pos: torch.Tensor, vocab_size: int, sampler: type):
     """The uniforms that the Model Runner V2 of reference class `sampler` draws for rows with
     these seeds (int64) and positions (int64): (the acceptance test's, float64 [n]; the Gumbel
-    noise's per token, float32 [n, vocab_size]; its noise is `-log(-log u)` where
-    `sampler.NOISE_LOG1P` is False, else `-log(-log1p(-u))`)."""
+    noise's per token, float32 [n, vocab_size], float64 where `sampler.GUMBEL_FP64`; its noise is
+    `-log(-log u)` where `sampler.NOISE_LOG1P` is False, else `-log(-log1p(-u))`)."""
     n = seed.shape[0]
     accept = torch.zeros(n, dtype=torch.float64, device=seed.device)
-    tokens = torch.zeros((n, vocab_size), dtype=torch.float32, device=seed.device)
+    tokens = torch.zeros((n, vocab_size), dtype=torch.float64 if sampler.GUMBEL_FP64 else torch.float32,
+                         device=seed.device)
     if n:
         _uniforms_kernel[(n, triton.cdiv(vocab_size, RESAMPLE_BLOCK))](
             accept, tokens, seed, pos, vocab_size, BLOCK=RESAMPLE_BLOCK, ACCEPT_FP32=sampler.ACCEPT_FP32,
-            NOISE_LOG1P=sampler.NOISE_LOG1P, NOISE_MURMUR3=sampler.NOISE_MURMUR3)
+            NOISE_LOG1P=sampler.NOISE_LOG1P, NOISE_MURMUR3=sampler.NOISE_MURMUR3, GUMBEL_FP64=sampler.GUMBEL_FP64)
     return accept, tokens
 
 
-class RejectionSampler022:
-    """vLLM 0.22.0 Model Runner V2 `rejection_sample` (the contract: `rejection_mrv2`); each class
-    attribute below is one behaviour, set by the reference of the release that changed it."""
+class RejectionSampler021:
+    """vLLM 0.21.0 Model Runner V2 `probabilistic_rejection_sample`, its default ("standard")
+    rejection (the contract: `rejection_mrv2`); each class attribute below is one behaviour, set by
+    the reference of the release that changed it."""
+
+    # 0.22 (PR #41775): the Gumbel noise's uniform is a fp32 tl.rand floored at fp32's tiniest
+    # normal and the resampled residual stays fp32; 0.21 draws 64 Philox bits and works in fp64
+    GUMBEL_FP64 = True
 
     # 0.24 (PR #45996): Gumbel noise -log(-log1p(-u)) with libdevice log1p, u floored at 4.66e-10
     NOISE_LOG1P = False
@@ -391,15 +407,23 @@ class RejectionSampler022:
             DRAFT_OVER_TEMP=self.DRAFT_OVER_TEMP, NAN_TO_NEG_INF=self.NAN_TO_NEG_INF, num_warps=1)
         blocks = triton.cdiv(vocab, RESAMPLE_BLOCK)
         block_argmax = torch.zeros((num_reqs, blocks), dtype=torch.int64, device=dev)
-        block_max = torch.zeros((num_reqs, blocks), **f32)
+        block_max = torch.zeros((num_reqs, blocks), dtype=torch.float64 if self.GUMBEL_FP64 else torch.float32,
+                                device=dev)
         _resample_kernel[(num_reqs, blocks)](
             block_argmax, block_max, target, t_lse, draft, d_lse, num_sampled, cu, row_slot, ids, temp, seed, pos,
             vocab, steps, blocks, BLOCK=RESAMPLE_BLOCK, HAS_DRAFT=has_draft, PLACEHOLDER_ENDS=self.PLACEHOLDER_ENDS,
             DRAFT_OVER_TEMP=self.DRAFT_OVER_TEMP, RESIDUAL_LOG1P=self.RESIDUAL_LOG1P, NOISE_LOG1P=self.NOISE_LOG1P,
-            NOISE_MURMUR3=self.NOISE_MURMUR3)
+            NOISE_MURMUR3=self.NOISE_MURMUR3, GUMBEL_FP64=self.GUMBEL_FP64)
         _insert_kernel[(num_reqs,)](sampled, num_sampled, block_argmax, block_max, cu, row_slot, temp, steps, blocks,
                                     PADDED_BLOCKS=triton.next_power_of_2(blocks), NAN_TO_NEG_INF=self.NAN_TO_NEG_INF)
         return fill_tail(sampled, num_sampled), num_sampled
+
+
+class RejectionSampler022(RejectionSampler021):
+    """vLLM 0.22.0: fp32 Gumbel noise, `-log(-log u)` of a fp32 uniform floored at fp32's tiniest
+    normal (PR #41775)."""
+
+    GUMBEL_FP64 = False
 
 
 class RejectionSampler024(RejectionSampler022):

@@ -371,10 +371,16 @@ def _random_placeholder(case) -> bool:
     return any(-1 in r[1] for r in _rejection_requests(case, greedy=False))
 
 
-# rejection_mrv2: each release whose default path changed has its reference (0.22.0, 0.24.0,
-# 0.25.0, 0.28.0, 0.31.0; read in each release's rejection_sampler_utils.py and gumbel.py,
+# rejection_mrv2: each release whose default path changed has its reference (0.21.0, 0.22.0,
+# 0.24.0, 0.25.0, 0.28.0, 0.31.0; read in each release's rejection_sampler_utils.py and gumbel.py,
 # docs/release-changes.md H); the drift check of a release runs the previous one's reference.
 LEDGER += [
+    _change_from(
+        "0.22.0", "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/41775",
+        summary="the Gumbel noise of a resampled or bonus token is fp32, -log(-log u) of a fp32 tl.rand floored "
+                "at fp32's tiniest normal, no longer a fp64 uniform from 64 Philox bits added to the residual "
+                "in fp64: a random request samples other ids",
+        affects=lambda case: bool(_rejection_requests(case, greedy=False))),
     _change_from(
         "0.24.0", "rejection_mrv2", "https://github.com/vllm-project/vllm/pull/45996",
         summary="the Gumbel noise of a resampled or bonus token is -log(-log1p(-u)) (libdevice log1p), u "
@@ -577,23 +583,31 @@ def _nan_or_inf(rows) -> bool:
 
 
 MRV2_GUMBEL = "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/gumbel.py"
+
+
+def _rejection_runner_change(link: str, summary: str, affects: Callable[[object], bool], first_version="0.21.0",
+                             **kw) -> KnownDivergence:
+    """What Model Runner V2's rejection changes against v1, from 0.21 (its default path) unless later."""
+    return _runner_change("rejection_mrv2", link, summary, affects, first_version=first_version, **kw)
+
+
 LEDGER += [
-    _runner_change(
-        "rejection_mrv2", f"{MRV2_GUMBEL}#L133-L138",
+    _rejection_runner_change(
+        f"{MRV2_GUMBEL}#L133-L138",
         summary="a NaN or +inf target logit in a random request: Model Runner V2 adds Gumbel noise lane by "
                 "lane and its block max returns the NaN or +inf lane; v1's softmax turns the whole row into "
                 "NaN probabilities, and its argmax returns lane 0 (or the lowest lane of its contest)",
         affects=lambda case: _nan_or_inf(_request_rows(case, greedy=False))),
-    _runner_change(
-        "rejection_mrv2", f"{MRV2_REJECTION_028}#L902-L910",
+    _rejection_runner_change(
+        f"{MRV2_REJECTION_028}#L902-L910",
         summary="a NaN target logit in a greedy request over more than one 1024-lane block, from 0.28: Model "
                 "Runner V2 maps a NaN block maximum to -inf and returns another block's argmax; v1's "
                 "torch argmax returns the first NaN lane",
         affects=lambda case: getattr(case, "vocab_size", 0) > 1024
         and any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True)),
         first_version="0.28.0"),
-    _runner_change(
-        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+    _rejection_runner_change(
+        "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L97-L108",
         summary="a NaN target logit in a greedy request, on CUDA: Model Runner V2's compiled block max with "
                 "indices passes over NaN lanes and returns another lane (on the H100: the largest finite one, "
@@ -601,29 +615,29 @@ LEDGER += [
                 "argmax returns the first NaN lane",
         affects=lambda case: any(bool(r.isnan().any()) for r in _request_rows(case, greedy=True)),
         devices=("cuda",)),
-    _runner_change(
-        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+    _rejection_runner_change(
+        "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L271-L287",
         summary="a draft whose draft probability is 0 in fp32 (its log-probability finite): Model Runner V2 "
                 "tests log p > log u + log q in log space and may accept it; v1 requires q > 0 and rejects it",
         affects=_zero_probability_draft),
-    _runner_change(
-        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+    _rejection_runner_change(
+        "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L296-L298",
         summary="a draft whose target/draft probability ratio is within rounding of the uniform: Model Runner V2 "
                 "accepts on log p > log u + log q (strict, fp32 log-probabilities), v1 on p / q >= u (fp32 "
                 "probabilities): given the same u, one may accept where the other rejects",
         affects=lambda case: _near_acceptance_threshold(case)),
-    _runner_change(
-        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+    _rejection_runner_change(
+        "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L405-L419",
         summary="two lanes tied within rounding once the noise is added (near-equal logits, or logits so large "
-                "that fp32 absorbs the noise): Model Runner V2 compares logit + Gumbel noise (log space, fp32), "
-                "v1 compares p * (1 / E) (probability space) with the same uniforms, so the tie can go to "
-                "different lanes",
+                "that fp32 absorbs the noise): Model Runner V2 compares logit + Gumbel noise (log space, fp32; "
+                "fp64 in 0.21), v1 compares p * (1 / E) (probability space) with the same uniforms, so the tie "
+                "can go to different lanes",
         affects=lambda case: _near_gumbel_tie(case)),
-    _runner_change(
-        "rejection_mrv2", "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
+    _rejection_runner_change(
+        "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/spec_decode/"
         "rejection_sampler_utils.py#L388-L393",
         summary="a rejected draft with draft logits, two residual lanes tied within rounding once the noise is "
                 "added: Model Runner V2 scores log p + log(1 - q/p) + Gumbel noise (0.25 on: log1p), v1 "
@@ -703,7 +717,7 @@ def _near_residual_tie(case, tolerance: float = 1e-6) -> bool:
     if not getattr(case, "draft_logits", False):
         return False
     target, draft_logits = case.inputs("cpu")[:2]
-    samplers = _mrv2_samplers("NOISE_LOG1P", "NOISE_MURMUR3", "DRAFT_OVER_TEMP")
+    samplers = _mrv2_samplers("GUMBEL_FP64", "NOISE_LOG1P", "NOISE_MURMUR3", "DRAFT_OVER_TEMP")
     for r, row, token in _random_rows(case):
         if token < 0:
             continue
@@ -738,7 +752,7 @@ def _near_gumbel_tie(case, tolerance: float = 1e-6) -> bool:
     finite = ~(logits.isnan() | (logits == math.inf)).any(dim=-1)
     if not bool(finite.any()):
         return False
-    for sampler in _mrv2_samplers("NOISE_LOG1P", "NOISE_MURMUR3"):
+    for sampler in _mrv2_samplers("GUMBEL_FP64", "NOISE_LOG1P", "NOISE_MURMUR3"):
         _, u = _row_uniforms(case, rows, sampler)
         top = (logits + _gumbel_noise(u.double(), sampler))[finite].topk(2, dim=-1).values
         if bool(((top[:, 0] - top[:, 1]).abs() <= tolerance * (1 + top[:, 0].abs())).any()):

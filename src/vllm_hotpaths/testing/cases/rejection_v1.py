@@ -52,7 +52,8 @@ class V1OnRejection:
         self.v1 = registry.get("recovered_tokens").reference(v1_version)(self.device)
 
     def _exponential(self, u: torch.Tensor) -> torch.Tensor:
-        return -torch.log1p(-u) if self.mrv2.NOISE_LOG1P else -torch.log(u)
+        # v1's exponential noise is fp32: 0.21's fp64 uniforms give it at v1's precision
+        return (-torch.log1p(-u) if self.mrv2.NOISE_LOG1P else -torch.log(u)).to(torch.float32)
 
     def rejection_sample(self, target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
                          expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps):
