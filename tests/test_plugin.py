@@ -81,6 +81,8 @@ def test_a_patch_says_where_upstream_needs_none():
 
     assert get("logits_copy").patch_needed("0.22.3") is None
     assert "already skips the copy" in get("logits_copy").patch_needed("0.33.0")
+    assert "already skips the copy" in get("logits_copy").patch_needed("0.27.0")
+    assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.26.0")
     assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.21.0")
     assert get("swap_states").patch_needed("0.33.0") is None
     assert get("penalties").patch_needed("0.22.0") is None

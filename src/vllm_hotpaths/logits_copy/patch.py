@@ -24,12 +24,12 @@ UPSTREAM: dict[str, object] = {}  # the replaced methods, for the properties' un
 
 
 def supports(version: str | None) -> bool:
-    """0.22.x: the sampler layout this patch is written for (0.33 skips the copy itself)."""
+    """0.22.x: the sampler layout this patch is written for (from 0.27 vLLM skips the copy itself)."""
     return version is not None and Version(version).release[:2] == (0, 22)
 
 
 def not_needed(version: str) -> str | None:
-    if Version(version) >= Version("0.33.0"):
+    if Version(version) >= Version("0.27.0"):  # `_requires_logits_processing`
         return "upstream already skips the copy when no request needs processing"
     return None if supports(version) else f"the patch is written for vLLM 0.22.x, not {version}"
 
