@@ -9,7 +9,7 @@ STATUSES = {"pass", "fail", "skip", "expected-divergence"}
 
 
 def check_report_shape(report):
-    assert set(report) == {"vllm_version", "profile", "seed", "command", "environment", "duration_s",
+    assert set(report) == {"vllm_version", "suite", "profile", "seed", "command", "environment", "duration_s",
                            "devices", "partial", "problems", "verdict", "results", "runner", "runner_choice",
                            "runner_changes"}
     assert set(report["environment"]) == {"date", "commit", "python", "torch", "triton", "hypothesis",
@@ -31,6 +31,10 @@ def test_gate_passes_and_writes_reports(run_cli, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "gate-report.json").read_text())
     check_report_shape(report)
+    # which checkout's suite ran: the first line and the report name its folder
+    root = str(Path(__file__).resolve().parents[1])
+    assert report["suite"] == root
+    assert result.stdout.splitlines()[0].startswith(f"vllm-hotpaths gate: suite {root}, profile smoke, ")
     rows = {(r["check"], r["device"]): r for r in report["results"]}
     assert rows[("equivalence", "cpu")]["status"] == "pass"
     assert rows[("equivalence", "cpu")]["examples"] > 0

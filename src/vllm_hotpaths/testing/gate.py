@@ -416,8 +416,9 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     version = vllm_env.installed_version()
     if options.seed is None:
         options.seed = random.SystemRandom().randrange(2**32)
-    print(f"vllm-hotpaths gate: profile {profile}, seed {options.seed}, vLLM {version or 'not installed'}",
-          flush=True)
+    # The suite folder first: with two checkouts, which one's properties run is not obvious.
+    print(f"vllm-hotpaths gate: suite {options.root}, profile {profile}, seed {options.seed}, "
+          f"vLLM {version or 'not installed'}", flush=True)
     if options.require_vllm and version is None:
         print("gate: vLLM is not installed, so conformance cannot be checked (--require-vllm)")
         return 2
@@ -456,7 +457,8 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     verdict = "FAIL" if failed or partial or code not in (0, 5) or (options.fail_on_skip and skipped) else "PASS"
     stopped = any(p.startswith(("interrupted", "pytest stopped")) for p in partial)
     choice = asking.result() if asking and (asking.done() or not stopped) else []
-    report = {"vllm_version": version, "profile": profile, "seed": options.seed, "runner": options.runner,
+    report = {"vllm_version": version, "suite": str(options.root), "profile": profile, "seed": options.seed,
+              "runner": options.runner,
               "runner_choice": choice,
               "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
               "environment": environment(options, version), "duration_s": round(duration, 1),
@@ -523,7 +525,7 @@ def write_reports(report: dict, rows: list[Row], report_dir: Path, changes: list
           f"vLLM: {report['vllm_version'] or 'not installed'}; profile: {report['profile']}; "
           f"seed: {report['seed']}; devices: {', '.join(report['devices']) or 'none'}; "
           f"duration: {report['duration_s']:.0f} s  ",
-          f"{env['date']}, commit {env['commit']}; Python {env['python']}, torch {env['torch']}, "
+          f"{env['date']}, suite {report.get('suite')} at commit {env['commit']}; Python {env['python']}, torch {env['torch']}, "
           f"Triton {env['triton']}, Hypothesis {env['hypothesis']}"
           + (f"; {env['cuda_device']}" if env["cuda_device"] else ""), "",
           f"Command: `{report['command']}`", "", table(rows), ""]
