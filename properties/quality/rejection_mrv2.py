@@ -72,8 +72,8 @@ TiesToHigherLane = _planted("TiesToHigherLane", [
 
 # The Gumbel noise keyed by the next row's position (the wrong counter).
 NoiseAtNextPosition = _planted("NoiseAtNextPosition", [
-    ("        pos = tl.load(pos_ptr + row)\n        noise = _gumbel(",
-     "        pos = tl.load(pos_ptr + row) + 1\n        noise = _gumbel(")])
+    ("        pos = tl.load(pos_ptr + row)\n        if GUMBEL_FP64:",
+     "        pos = tl.load(pos_ptr + row) + 1\n        if GUMBEL_FP64:")])
 
 
 # name -> the devices it shows on (law conformance, the installed vLLM's reference)
