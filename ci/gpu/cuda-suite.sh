@@ -17,12 +17,19 @@
 #            $OUT/mrv2-<vLLM version>; then again for each tarball in OVERLAYS
 #            (stage-vllm.sh overlay: e.g. carry/vllm-py-0.33.0/py.tar.xz); MRV2_STAGED=0 leaves
 #            out the staged version's own run (one call per few releases under a time limit)
+#            "gate" honours OVERLAYS too (GATE_STAGED=0 leaves out the staged version's run): each
+#            overlay's gate writes $OUT/gate-<vLLM version> (its report, and traced.json: the vLLM
+#            functions its rows ran)
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
+#   COMMIT   the suite's commit, for the reports, where the tree's git metadata is not its own
+#   RECORD   1: the gate runs record what held into $OUT/validated.json (the plugin's file format;
+#            ci/gpu/merge-validated.py folds its cuda rows into src/vllm_hotpaths/validated.json)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [[ -n "${COMMIT:-}" ]]; then export VLLM_HOTPATHS_COMMIT="$COMMIT"; fi
 export VLLM_HOTPATHS_SUITE="$PWD"  # the package is not installed here: the gate runs this checkout's suite
 python - <<'PY'
 import torch, triton, hypothesis, platform
@@ -36,10 +43,31 @@ bench_rc=0
 quality_rc=0
 only=()
 for name in ${HOTPATHS:-}; do only+=(--hotpath "$name"); done
+record=()
+if [[ "${RECORD:-0}" == 1 ]]; then record=(--record); export VLLM_HOTPATHS_VALIDATED="$OUT/validated.json"; fi
+overlay_gate() {
+  local version
+  version=$(python -c "from importlib.metadata import version; print(version('vllm'))")
+  local dir="$OUT/gate-$version" rc
+  python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda --require-vllm "${record[@]}" \
+    "${only[@]}" -n "${WORKERS:-4}" --report-dir "$dir" --fixture-dir "$dir/regressions" --trace-vllm "$dir/trace"
+  rc=$?
+  # the vLLM functions the cpu and cuda rows ran, one file: testing.cuda_rows shares the cuda
+  # verdict with the releases whose code there is the same
+  python -c "import json, sys; from pathlib import Path; from vllm_hotpaths.testing import fingerprint
+Path(sys.argv[2]).write_text(json.dumps(fingerprint.traced(Path(sys.argv[1])), indent=0) + '\n')" "$dir/trace" "$dir/traced.json" \
+    && rm -rf "$dir/trace"
+  return $rc
+}
 if [[ " $PARTS " == *" gate "* ]]; then
-  python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda "${only[@]}" \
-    -n "${WORKERS:-4}" --report-dir "$OUT" --fixture-dir "$OUT/regressions"
-  gate_rc=$?
+  if [[ "${GATE_STAGED:-1}" == 1 ]]; then
+    python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda "${record[@]}" "${only[@]}" \
+      -n "${WORKERS:-4}" --report-dir "$OUT" --fixture-dir "$OUT/regressions"
+    gate_rc=$?
+  fi
+  for tarball in ${OVERLAYS:-}; do
+    ( eval "$(bash ci/gpu/stage-vllm.sh overlay "$tarball")" && overlay_gate ) || gate_rc=1
+  done
 fi
 mrv2_gate() {
   local version

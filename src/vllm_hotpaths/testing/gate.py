@@ -399,9 +399,11 @@ def environment(options: GateOptions, version: str | None) -> dict:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
+    # a copy of the tree without its own git history (a GPU machine) is told its commit
+    commit = os.environ.get("VLLM_HOTPATHS_COMMIT")
     try:
-        commit = subprocess.run(["git", "-C", str(options.root), "describe", "--always", "--dirty"],
-                                capture_output=True, text=True).stdout.strip() or None
+        commit = commit or subprocess.run(["git", "-C", str(options.root), "describe", "--always", "--dirty"],
+                                          capture_output=True, text=True).stdout.strip() or None
     except OSError:  # no git here
         commit = None
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
