@@ -62,6 +62,28 @@ def _imports(root: Path, text: str) -> set[Path]:
     return found
 
 
+def _suite_files(root: Path) -> list[Path]:
+    return [p for folder in PACKAGES.values() for p in (root / folder).rglob("*.py") if p.name not in DATA_FILES]
+
+
+def files_of(root: Path, name: str, texts: dict[Path, str] | None = None) -> set[Path]:
+    """The suite's files a hot path's checks may run: those of the hot path and its v1
+    counterpart (by folder or name), the files that belong to no hot path, and every file those
+    import (registry.py and ledger.py are read per hot path from their data instead)."""
+    texts = texts if texts is not None else {p: p.read_text() for p in _suite_files(root)}
+    names = sorted(registry.HOTPATHS, key=len, reverse=True)  # penalties_mrv2 before penalties
+    owned = {p: _owner(p.relative_to(root), names) for p in texts}
+    related = {name, registry.get(name).family}
+    todo = [p for p, owner in owned.items() if owner in related]
+    reached = {p for p, owner in owned.items() if owner is None}
+    while todo:
+        path = todo.pop()
+        if path not in reached:
+            reached.add(path)
+            todo += sorted(_imports(root, texts.get(path, "")) - reached)
+    return reached
+
+
 def boundaries_in(root: Path) -> dict[str, list[str]]:
     """Per hot path, every vLLM version this suite's own code names for it: where its checks may
     change from one release to the next. Read in the code importable from here (the suite's own
@@ -71,23 +93,13 @@ def boundaries_in(root: Path) -> dict[str, list[str]]:
     those import."""
     from vllm_hotpaths.testing import ledger
 
-    names = sorted(registry.HOTPATHS, key=len, reverse=True)  # penalties_mrv2 before penalties
-    files = [p for folder in PACKAGES.values() for p in (root / folder).rglob("*.py") if p.name not in DATA_FILES]
-    texts = {p: p.read_text() for p in files}
-    owned = {p: _owner(p.relative_to(root), names) for p in files}
+    texts = {p: p.read_text() for p in _suite_files(root)}
     first = version_key(releases.FIRST_RELEASE)
     result = {}
     for name in registry.HOTPATHS:
         related = {name, registry.get(name).family}
-        todo = [p for p, owner in owned.items() if owner in related]
-        reached = {p for p, owner in owned.items() if owner is None}
-        while todo:
-            path = todo.pop()
-            if path not in reached:
-                reached.add(path)
-                todo += sorted(_imports(root, texts.get(path, "")) - reached)
         found = {releases.FIRST_RELEASE}
-        for path in reached:
+        for path in files_of(root, name, texts):
             found.update(VERSION_LITERAL.findall(texts.get(path, "")))
         for hotpath in related:
             entry = registry.get(hotpath)
