@@ -117,3 +117,24 @@ def test_version_and_option_defaults_are_shown(run_cli):
     help_text = " ".join(run_cli(*GATE, "--help").stdout.split())
     assert "Hypothesis profile: examples per property (smoke 10, dev 60, ci 150, gate 1500, soak 25000) (default: gate)" in help_text
     assert "(default: .)" in help_text  # --report-dir
+
+
+def test_a_failing_exit_with_no_failed_row_says_so(pytestconfig, tmp_path, monkeypatch):
+    """pytest can end with an error outside every property (a worker lost, a session hook): the
+    FAIL then names that instead of a report whose rows all passed."""
+    from vllm_hotpaths.testing import gate
+
+    def pytest_main(args, plugins):
+        row = plugins[0].rows.setdefault(("penalties", "equivalence", "cpu", "incremental"),
+                                         gate.Row("penalties", "equivalence", "cpu", "incremental"))
+        row.outcomes.append("passed")
+        return pytest.ExitCode.INTERNAL_ERROR
+
+    monkeypatch.setattr(gate.pytest, "main", pytest_main)
+    monkeypatch.setattr(gate.runner_choice, "choices", lambda *a, **k: [])
+    options = gate.GateOptions(profile="dev", root=pytestconfig.rootpath, report_dir=tmp_path,
+                               hotpaths=["penalties"], seed=1)
+    assert gate.run(options) == 1
+    report = report_of(tmp_path)
+    assert report["verdict"] == "FAIL"
+    assert report["problems"] == ["pytest exited 3 with no failed row: the gate's output above says why"]

@@ -456,6 +456,8 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     duration = time.monotonic() - started
     failed = [r for r in rows if r.status == "fail"]
     skipped = [r for r in rows if r.status == "skip"]
+    if code not in (0, 5) and not failed and not partial:  # e.g. an error outside any property
+        partial.append(f"pytest exited {int(code)} with no failed row: the gate's output above says why")
     verdict = "FAIL" if failed or partial or code not in (0, 5) or (options.fail_on_skip and skipped) else "PASS"
     stopped = any(p.startswith(("interrupted", "pytest stopped")) for p in partial)
     choice = asking.result() if asking and (asking.done() or not stopped) else []
