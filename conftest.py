@@ -74,6 +74,9 @@ def pytest_addoption(parser):
     group.addoption("--time-limit", type=float, default=None, metavar="SECONDS",
                     help="fail a test that runs longer (default: by Hypothesis profile, "
                          + ", ".join(f"{p} {s:g} s" for p, s in DEFAULT_TIMEOUTS.items()) + "; 0: none)")
+    group.addoption("--no-replay", action="store_true",
+                    help="leave out the committed fixtures: generated cases only, to measure what "
+                         "generation alone finds (the same as VLLM_HOTPATHS_NO_REPLAY=1)")
     group.addoption("--no-shrink", action="store_true",
                     help="report (and write as a fixture) the first failing example as found, "
                          "without shrinking it: the same examples are drawn, the failure comes sooner")
@@ -81,6 +84,8 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded the chosen profile
 def pytest_configure(config):
+    if config.getoption("no_replay"):  # read where fixtures are replayed, xdist workers included
+        os.environ["VLLM_HOTPATHS_NO_REPLAY"] = "1"
     honour_seed(config)
     skip_shrinking(config)
     for line in (

@@ -11,7 +11,8 @@ STATUSES = {"pass", "fail", "skip", "expected-divergence"}
 def check_report_shape(report):
     assert set(report) == {"vllm_version", "suite", "profile", "seed", "command", "environment", "duration_s",
                            "devices", "partial", "problems", "verdict", "results", "runner", "runner_choice",
-                           "runner_changes"}
+                           "runner_changes", "committed_fixtures"}
+    assert report["committed_fixtures"] == "replayed"
     assert set(report["environment"]) == {"date", "commit", "python", "torch", "triton", "hypothesis",
                                           "vllm", "cuda_device"}
     assert isinstance(report["seed"], int) and report["verdict"] in ("PASS", "FAIL")

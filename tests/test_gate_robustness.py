@@ -61,6 +61,19 @@ def test_a_corrupt_fixture_is_one_line_naming_the_file(run_cli, pytestconfig, tm
     assert " passed" in summary and " error" not in summary, result.stdout[-500:]
 
 
+def test_generated_only_leaves_the_committed_fixtures_out(run_cli, pytestconfig, tmp_path):
+    """The corrupt fixture fails its tests wherever it is replayed (above); left out, it is never
+    read, and the report says the fixtures were left out."""
+    folder, corrupt = corrupt_copy(pytestconfig.rootpath, tmp_path, "PenaltiesProgram")
+    result = run_cli(*GATE, "--profile", "dev", "--hotpath", "penalties", "--check", "equivalence",
+                     "--generated-only", "--report-dir", str(tmp_path), VLLM_HOTPATHS_REGRESSIONS=str(folder))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "committed fixtures left out" in result.stdout.splitlines()[0]
+    assert str(corrupt) not in result.stdout
+    report = report_of(tmp_path)
+    assert report["committed_fixtures"] == "left out" and "--generated-only" in report["command"]
+
+
 def test_a_committed_fixture_that_fails_is_named_as_such(run_cli, tmp_path):
     """The first run shrinks a new counterexample into the folder; the second fails on it."""
     args = ("-m", "pytest", "properties/test_equivalence.py", "-k", "cpu and penalties", "-p", "no:xdist",
@@ -79,6 +92,7 @@ def test_a_committed_fixture_that_fails_is_named_as_such(run_cli, tmp_path):
     (("--report-dir", "/dev/null/reports"), "--report-dir /dev/null/reports: /dev/null is not a folder"),
     (("--fixture-dir", "/dev/null/fx"), "--fixture-dir /dev/null/fx: /dev/null is not a folder"),
     (("--profile", "dev", "--record"), "--record needs the ci profile or a larger one"),
+    (("--profile", "ci", "--record", "--generated-only"), "--record needs the committed fixtures replayed"),
     (("--hotpath", "swap_states", "--impl", "penalties=vllm_hotpaths.penalties.fast:IncrementalPenalties"),
      "--impl penalties=vllm_hotpaths.penalties.fast:IncrementalPenalties: hot path 'penalties' is not selected"),
 ])

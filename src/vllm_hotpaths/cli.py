@@ -34,7 +34,8 @@ def _gate(args) -> int:
         hotpaths=args.hotpath or [], record=args.record,
         junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip,
         seed=args.seed, timeout=args.timeout, runner=args.runner,
-        trace_dir=Path(args.trace_vllm).resolve() if args.trace_vllm else None, checks=args.check or [])
+        trace_dir=Path(args.trace_vllm).resolve() if args.trace_vllm else None, checks=args.check or [],
+        generated_only=args.generated_only)
     if options.impls and options.fixture_dir is None:  # a candidate's failures stay out of the checkout
         options.fixture_dir = options.report_dir / "fixtures"
     problems = options.problems()
@@ -174,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                            "was installed from)")
     gate.add_argument("--record", action="store_true",
                       help="write the hot paths whose checks all held to the plugin's validated file")
+    gate.add_argument("--generated-only", action="store_true",
+                      help="leave out the committed fixtures: what generated cases alone find")
     gate.add_argument("--junit-xml", metavar="PATH", help="also write pytest's JUnit XML report")
     gate.add_argument("--fail-on-skip", action="store_true",
                       help="a skipped row is a failure (CI on a GPU runner with vLLM installed)")

@@ -206,6 +206,7 @@ class GateOptions:
     runner: str = "all"  # only the hot paths this model runner calls (v1, mrv2, all)
     trace_dir: Path | None = None  # note the vLLM functions each hot path runs (testing.fingerprint)
     checks: list[str] = field(default_factory=list)  # only these check kinds (default: all)
+    generated_only: bool = False  # leave out the committed fixtures (what generation alone finds)
 
     def selected_hotpaths(self) -> list[str]:
         """The hot paths to check: --hotpath (default all), those of --runner only."""
@@ -232,6 +233,8 @@ class GateOptions:
         if not self.selected_hotpaths():
             found.append(f"--runner {self.runner}: none of the hot paths {', '.join(self.hotpaths or registry.HOTPATHS)} is called "
                          f"by that runner")
+        if self.record and self.generated_only:
+            found.append("--record needs the committed fixtures replayed (--generated-only leaves them out)")
         if self.record and self.checks:
             found.append(f"--record needs every check (--check {' '.join(self.checks)} leaves some out)")
         if self.timeout is not None and self.timeout < 0:
@@ -253,6 +256,7 @@ class GateOptions:
         args += [f"--hypothesis-seed={self.seed}"] if self.seed is not None else []
         args += ["--time-limit", f"{self.timeout:g}"] if self.timeout is not None else []
         args += ["--require-cuda"] if self.require_cuda else []
+        args += ["--no-replay"] if self.generated_only else []
         args += [a for impl in self.impls for a in ("--impl", impl)]
         args += ["-n", self.workers] if self.workers else []
         args += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
@@ -268,6 +272,7 @@ class GateOptions:
         out += ["--require-cuda"] if self.require_cuda else []
         out += ["--record"] if self.record else []
         out += ["--fail-on-skip"] if self.fail_on_skip else []
+        out += ["--generated-only"] if self.generated_only else []
         out += ["--junit-xml", str(self.junit_xml)] if self.junit_xml else []
         out += [a for impl in self.impls for a in ("--impl", impl)]
         out += [a for name in self.hotpaths for a in ("--hotpath", name)]
@@ -285,6 +290,7 @@ class GateOptions:
         parts = ["python", "-m", "pytest", f"'{nodeid}'", "--rootdir", str(self.root),
                  "--hypothesis-profile", self.profile]
         parts += [f"--hypothesis-seed={self.seed}"] if self.seed is not None else []
+        parts += ["--no-replay"] if self.generated_only else []
         parts += [a for impl in self.impls for a in ("--impl", impl)]
         parts += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
         return " ".join(parts)
@@ -420,7 +426,8 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
         options.seed = random.SystemRandom().randrange(2**32)
     # The suite folder first: with two checkouts, which one's properties run is not obvious.
     print(f"vllm-hotpaths gate: suite {options.root}, profile {profile}, seed {options.seed}, "
-          f"vLLM {version or 'not installed'}", flush=True)
+          f"vLLM {version or 'not installed'}"
+          + (", committed fixtures left out (generated cases only)" if options.generated_only else ""), flush=True)
     if options.require_vllm and version is None:
         print("gate: vLLM is not installed, so conformance cannot be checked (--require-vllm)")
         return 2
@@ -462,7 +469,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     stopped = any(p.startswith(("interrupted", "pytest stopped")) for p in partial)
     choice = asking.result() if asking and (asking.done() or not stopped) else []
     report = {"vllm_version": version, "suite": str(options.root), "profile": profile, "seed": options.seed,
-              "runner": options.runner,
+              "runner": options.runner, "committed_fixtures": "left out" if options.generated_only else "replayed",
               "runner_choice": choice,
               "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
               "environment": environment(options, version), "duration_s": round(duration, 1),
@@ -528,7 +535,9 @@ def write_reports(report: dict, rows: list[Row], report_dir: Path, changes: list
           f"**{report['verdict']}**" + (" (partial report)" if report["partial"] else ""), "",
           f"vLLM: {report['vllm_version'] or 'not installed'}; profile: {report['profile']}; "
           f"seed: {report['seed']}; devices: {', '.join(report['devices']) or 'none'}; "
-          f"duration: {report['duration_s']:.0f} s  ",
+          f"duration: {report['duration_s']:.0f} s"
+          + ("; committed fixtures left out (generated cases only)"
+             if report.get("committed_fixtures") == "left out" else "") + "  ",
           f"{env['date']}, suite {report.get('suite')} at commit {env['commit']}; Python {env['python']}, torch {env['torch']}, "
           f"Triton {env['triton']}, Hypothesis {env['hypothesis']}"
           + (f"; {env['cuda_device']}" if env["cuda_device"] else ""), "",
