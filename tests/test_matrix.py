@@ -52,7 +52,7 @@ def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp
         if version == "0.22.1":
             raise KeyboardInterrupt
         result = {"version": version, "commit": self.commit, "profile": self.profile, "runner_choice": [],
-                  "hotpaths": {"penalties": {"status": "pass", "excused": [], "skip_reasons": [], "fixtures": [],
+                  "duration_s": 30.4, "hotpaths": {"penalties": {"status": "pass", "excused": [], "skip_reasons": [], "fixtures": [],
                                              "shared_with": None, "segment": "0.22.0", "fingerprint": "f"}}}
         self.store.mkdir(parents=True, exist_ok=True)
         self.path(version).write_text(json.dumps(result))
@@ -72,6 +72,7 @@ def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp
     assert not (tmp_path / "matrix" / "vllm-0.22.1.json").exists()
     page = (tmp_path / "matrix.md").read_text()
     assert "| 0.22.0 | pass |" in page and "| 0.22.1 | not run |" in page and "1 of 2 releases" in page
+    assert "the releases' own times sum to 30 s" in page
 
 
 def test_a_matrix_of_a_version_that_is_not_a_release_says_so(monkeypatch, capsys, pytestconfig):

@@ -403,9 +403,13 @@ def cell_text(cell: dict | None) -> str:
 
 def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: list[str], command: str) -> Path:
     results = {v: json.loads(matrix.path(v).read_text()) for v in chosen if matrix.path(v).exists()}
+    # A resumed matrix takes up the releases an earlier run of this commit finished: their own
+    # times are the cost of the page, not this run's.
+    spent = sum(r.get("duration_s", 0) for r in results.values())
     lines = ["# Release matrix", "",
              f"Command: `vllm-hotpaths {command}`; suite commit {matrix.commit}; profile {matrix.profile}; "
-             f"{len(results)} of {len(chosen)} releases; this run took {duration:.0f} s.", ""]
+             f"{len(results)} of {len(chosen)} releases; the releases' own times sum to {spent:.0f} s "
+             f"({spent / 3600:.1f} h); this run took {duration:.0f} s.", ""]
     lines += [f"- {p}" for p in problems] + ([""] if problems else [])
     lines += ["A cell is the hot path's verdict on that release (every check and device of its gate rows): "
               "`pass`, `expected-divergence` (the ledger entries that named the differences), `fail`, or "
