@@ -18,12 +18,12 @@
 #            (stage-vllm.sh overlay: e.g. carry/vllm-py-0.33.0/py.tar.xz); MRV2_STAGED=0 leaves
 #            out the staged version's own run (one call per few releases under a time limit)
 #            "gate" honours OVERLAYS too (GATE_STAGED=0 leaves out the staged version's run): each
-#            overlay's gate writes $OUT/gate-<vLLM version> (its report, and traced.json: the vLLM
-#            functions its rows ran)
+#            overlay's gate writes its report in $OUT/gate-<vLLM version>
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 #   COMMIT   the suite's commit, for the reports, where the tree's git metadata is not its own
 #   RECORD   1: the gate runs record what held into $OUT/validated.json (the plugin's file format;
-#            ci/gpu/merge-validated.py folds its cuda rows into src/vllm_hotpaths/validated.json)
+#            `python -m vllm_hotpaths.testing.cuda_rows REPORT` gives a report's cuda rows to the
+#            plugin's CPU rows of every release, docs/ci-gpu.md)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
@@ -48,16 +48,8 @@ if [[ "${RECORD:-0}" == 1 ]]; then record=(--record); export VLLM_HOTPATHS_VALID
 overlay_gate() {
   local version
   version=$(python -c "from importlib.metadata import version; print(version('vllm'))")
-  local dir="$OUT/gate-$version" rc
   python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda --require-vllm "${record[@]}" \
-    "${only[@]}" -n "${WORKERS:-4}" --report-dir "$dir" --fixture-dir "$dir/regressions" --trace-vllm "$dir/trace"
-  rc=$?
-  # the vLLM functions the cpu and cuda rows ran, one file: testing.cuda_rows shares the cuda
-  # verdict with the releases whose code there is the same
-  python -c "import json, sys; from pathlib import Path; from vllm_hotpaths.testing import fingerprint
-Path(sys.argv[2]).write_text(json.dumps(fingerprint.traced(Path(sys.argv[1])), indent=0) + '\n')" "$dir/trace" "$dir/traced.json" \
-    && rm -rf "$dir/trace"
-  return $rc
+    "${only[@]}" -n "${WORKERS:-4}" --report-dir "$OUT/gate-$version" --fixture-dir "$OUT/gate-$version/regressions"
 }
 if [[ " $PARTS " == *" gate "* ]]; then
   if [[ "${GATE_STAGED:-1}" == 1 ]]; then
