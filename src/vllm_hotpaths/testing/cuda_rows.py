@@ -1,8 +1,9 @@
 """Give the plugin's CPU rows their cuda half from one GPU gate run.
 
 A hot path's cuda rows are equivalence rows: our fast paths against our references, for every
-reference key at once, on CUDA tensors. No vLLM code runs in them, so they read the same for
-every release; what a release changes is checked by its CPU rows (conformance, drift, the
+reference key at once, on CUDA tensors (and, for penalties, the reference against the staged
+release's compiled repetition op). No release's Python code runs in them, so they read the same
+for every release; what a release changes is checked by its CPU rows (conformance, drift, the
 plugin patch against the installed vLLM), which `vllm-hotpaths matrix --record` writes. So a
 release's row gets `cuda` when
 
