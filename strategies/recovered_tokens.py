@@ -1,7 +1,7 @@
 """Generators of recovered-token cases (`RecoveryCase`, its schema, in
 `vllm_hotpaths.testing.cases.recovered_tokens`): small vocabularies with shrunk tiles, lanes at
 every tile edge, and edits that place ties, near-ties, NaNs, zero residuals and extreme noise
-there; or real vocabularies with production tiles (CUDA). Bad inputs (`CorruptedRecovery`) and
+there, some at a token's own draft id; or real vocabularies with production tiles (CUDA). Bad inputs (`CorruptedRecovery`) and
 vLLM's own random streams (`SeededRecovery`) for the errors and patch laws."""
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def _edit(vocab: int, widths: list[int], focus: int) -> st.SearchStrategy[tuple]
         st.tuples(st.just("subnormal"), index, lane, st.integers(1, 2 ** 23)),
         st.tuples(st.just("noise"), index, lane, st.sampled_from(NOISE_EDGES)),
         st.tuples(st.just("winner noise"), index, st.just(0), st.sampled_from(WINNER_NOISE)),
+        st.tuples(st.just("draft"), index, st.just(0), st.sampled_from((0, 0, 1, 2))),
     )
 
 
@@ -128,6 +129,8 @@ def classify(case: RecoveryCase) -> list[str]:
         labels.append("draft id -1" + (" with draft probabilities" if case.draft_probs else ""))
     if case.num_tokens:
         labels += case.build().zero_classes()
+        if case.build().draft_lane_wins():
+            labels.append("the draft lane wins (draft probabilities)")
         if case.vocab_size > UPSTREAM_TILE and case.build().tied_across_tiles(UPSTREAM_TILE):
             labels.append("exact tie across upstream tiles")
         if case.near_tie_positions().any():

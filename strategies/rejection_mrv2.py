@@ -46,7 +46,8 @@ def rejection_cases(draw) -> RejectionCase:
     draft_ids = st.one_of(ids, ids, st.just(-1)) if draw(st.integers(0, 3)) == 0 else ids
     requests = []
     for slot in slots:
-        drafts = tuple(draw(st.lists(draft_ids, max_size=steps)))
+        length = draw(st.integers(0, steps))  # uniform: chains of drafts as often as single ones
+        drafts = tuple(draw(st.lists(draft_ids, min_size=length, max_size=length)))
         temperature = draw(st.sampled_from(TEMPERATURES))
         requests.append((slot, drafts, temperature, draw(st.one_of(st.sampled_from(SEEDS), st.integers(0, 2**40))),
                          draw(st.integers(0, 4096)), draw(st.integers(0, len(drafts)))))
@@ -63,16 +64,36 @@ def rejection_cases(draw) -> RejectionCase:
         note("draft logits")
         drafted = [(first_row(requests, r) + j, slot * steps + j, token)
                    for r, (slot, drafts, *_) in enumerate(requests) for j, token in enumerate(drafts) if token >= 0]
-        if drafted and draw(st.integers(0, 3)) == 0:
-            # a draft both models rule out (target and draft logit -inf): log p = log q = -inf
-            row, draft_row, token = draw(st.sampled_from(drafted))
+        if drafted and draw(st.integers(0, 3)):  # three cases in four
+            # a draft both models rule out (target and draft logit -inf): log p = log q = -inf;
+            # often a request's first draft, which is always tested
+            first = [d for d in drafted if d[1] % steps == 0]
+            row, draft_row, token = draw(st.sampled_from(first if first and draw(st.integers(0, 3)) else drafted))
             edits.append((row, token, -np.inf))
             draft_edits.append((draft_row, token, -np.inf))
             note("a draft of probability 0")
+    edits += draw(reject_then_accept(requests, vocab))
     if any(-1 in r[1] for r in requests):
         note("a -1 draft")
     return RejectionCase(vocab, steps, max_num_reqs, tuple(requests), draft_logits, draw(st.integers(0, 2**32 - 1)),
                          draw(st.sampled_from((0.0, 0.0, 0.2))), tuple(edits), tuple(draft_edits))
+
+
+@st.composite
+def reject_then_accept(draw, requests, vocab: int) -> tuple:
+    """One case in two with such a request: a request's first draft made a sure rejection (target logit -inf; greedy:
+    another lane at 32) and its second a likely acceptance (target logit 32, above BOOST and TIE),
+    so verification must stop before a draft it would have accepted."""
+    chained = [r for r, request in enumerate(requests) if len(request[1]) >= 2 and min(request[1][:2]) >= 0]
+    if vocab < 2 or not chained or draw(st.booleans()):
+        return ()
+    r = draw(st.sampled_from(chained))
+    row, (first, second) = first_row(requests, r), requests[r][1][:2]
+    if requests[r][2] == 0.0:
+        rejected = (row, (first + draw(st.integers(1, vocab - 1))) % vocab, 32.0)
+    else:
+        rejected = (row, first, -np.inf)
+    return rejected, (row + 1, second, 32.0)
 
 
 def first_row(requests, r: int) -> int:

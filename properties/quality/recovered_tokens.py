@@ -92,6 +92,21 @@ class DraftLaneNotMasked(SplitVocabReciprocal):
                                target_probs, q)
 
 
+class DraftLaneMaskedWithDraftProbs(SplitVocabReciprocal):
+    """Zeroes the draft token's lane with draft probabilities too (the mask is for the case
+    without them): where the draft lane would win its race, another lane does."""
+
+    def recover(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                target_probs, q):
+        if draft_probs is not None:
+            rows = torch.arange(len(draft_token_ids), device=target_probs.device)
+            valid = (draft_token_ids >= 0) & (draft_token_ids < target_probs.shape[1])
+            target_probs = target_probs.clone()
+            target_probs[rows[valid], draft_token_ids[valid].long()] = 0
+        return super().recover(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                               target_probs, q)
+
+
 class ResidualNotClamped(SplitVocabReciprocal):
     """Ranks `target - draft` without `max(., 0)`: an all-negative residual picks its largest."""
 
@@ -208,6 +223,7 @@ MUTANTS = {
     "LowestLaneWinsTies": ("0.17.0", "equivalence", "cpu cuda"),
     "DropsLastPartialSlice": ("0.17.0", "equivalence", "cpu cuda"),
     "DraftLaneNotMasked": ("0.17.0", "equivalence", "cpu cuda"),
+    "DraftLaneMaskedWithDraftProbs": ("0.17.0", "equivalence", "cpu cuda"),
     "ResidualNotClamped": ("0.17.0", "equivalence", "cpu cuda"),
     "NaNResidualIsZero": ("0.17.0", "equivalence", "cpu cuda"),
     "SliceIdsIn16Bits": ("0.17.0", "equivalence", "cpu cuda"),

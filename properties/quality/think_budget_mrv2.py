@@ -8,6 +8,8 @@ There is no fast path to plant a bug in, so each is checked in place of the froz
 
 from __future__ import annotations
 
+import dataclasses
+
 from vllm_hotpaths.think_budget_mrv2.reference import SlotThinkBudget, forced_prefix, last_match
 
 
@@ -73,6 +75,16 @@ class ResumedNotCommitted(SlotThinkBudget):
         super().add_request(slot, prompt, [], budget)
 
 
+class NaturalEndFromForcedString(SlotThinkBudget):
+    """With no natural end marker known, enforces the budget with the forced end string standing
+    in for it (upstream enforces nothing unless all three marker lists are known)."""
+
+    def __init__(self, config, device="cpu"):
+        if config.start_ids and config.end_ids and not config.natural_end_ids:
+            config = dataclasses.replace(config, natural_end_ids=config.end_ids)
+        super().__init__(config, device)
+
+
 # name -> the devices it shows on (all: reference version 0.28.0, law conformance)
 MUTANTS = {
     "CountsFromFirstStart": "cpu cuda",
@@ -81,4 +93,5 @@ MUTANTS = {
     "EndsOnForcedString": "cpu cuda",
     "ForcesPastBudgetOnly": "cpu cuda",
     "ResumedNotCommitted": "cpu cuda",
+    "NaturalEndFromForcedString": "cpu cuda",
 }

@@ -68,6 +68,29 @@ class CaseLog:
         self.excused.add(entry.link)
 
 
+def reach_settings(profile: str, derandomize: bool = True):
+    """`profile`'s settings for a reach run: no example database (every label comes from this draw)."""
+    from hypothesis import settings
+
+    return settings(settings.get_profile(profile), derandomize=derandomize, database=None)
+
+
+def counting(counts: Counter, seen: set) -> Callable:
+    """Wraps a state machine class: each run's labels (`seen`, from `collecting()`) counted once
+    into `counts` at its teardown."""
+
+    def counted(machine_class):
+        class Counted(machine_class):
+            def teardown(self):
+                super().teardown()
+                counts.update(seen)
+                seen.clear()
+
+        return Counted
+
+    return counted
+
+
 def compare_plainly(case, compare: Callable[[], None]) -> bool:
     """The judge of the equivalence and patch laws: every difference fails. A judge returns True
     where it let a difference pass (a ledger entry excused it)."""
@@ -91,6 +114,9 @@ class Checks:
     converted: tuple[tuple[type, type, Callable], ...] = ()
     error_type: type | None = None  # the errors law's case (None: the hot path has no errors law)
     triton: bool = False  # the laws run Triton kernels: CPU cases in Triton's interpreter
+    # The labels (`note`) of the classes a `ci` draw must reach: its decision boundaries and the
+    # shapes its planted bugs need (tests/test_reach.py, docs/quality.md#reach).
+    boundaries: tuple[str, ...] = ()
     # Where each law runs: vLLM's own code runs here on the CPU (its kernels interpreted).
     law_devices = {"equivalence": ("cpu", "cuda"), "errors": ("cpu", "cuda"), "conformance": ("cpu",),
                    "drift": ("cpu",), "patch": ("cpu",), "runner-change": ("cpu",)}
@@ -132,6 +158,17 @@ class Checks:
         hot path's contract (the runner-change law's side)."""
         raise NotImplementedError
 
+    stateful = False  # the laws run a state machine: `reach` runs it through `reach_machines`
+
+    def reach_machines(self, counted: Callable, profile) -> None:
+        """A stateful hot path: run its machine(s) under `profile` (Hypothesis settings), each
+        class passed through `counted` first, with sides that need no vLLM."""
+        raise NotImplementedError
+
+    def reached(self, case) -> None:
+        """`note` the labels `case` reaches beyond those its strategy notes while drawing it (the
+        ones a law notes while running it), without vLLM: by default none."""
+
     # -- how a law runs ------------------------------------------------------------------------
     def check(self, expected: Side, actual: Side, device, log: CaseLog, judge: Judge = compare_plainly,
               key: str = "") -> None:
@@ -154,10 +191,12 @@ class Checks:
                 found += [convert(case) for _, case in fixtures.load(regressions, self.hotpath, source)]
         return found + [case for _, case in fixtures.load(regressions, self.hotpath, case_type)]
 
-    def explore(self, strategy, case_type: type, key: str, log: CaseLog, body: Callable) -> None:
+    def explore(self, strategy, case_type: type, key: str, log: CaseLog, body: Callable,
+                profile=None) -> None:
         """`body` on each committed case of `case_type`, then on generated ones; Hypothesis shrinks
         a failure, and the log keeps the last case for its fixture. VLLM_HOTPATHS_NO_REPLAY=1
-        skips the committed cases (to show that generation alone finds a bug)."""
+        skips the committed cases (to show that generation alone finds a bug). `profile`:
+        Hypothesis settings in place of the loaded profile (committed cases are then skipped)."""
         from hypothesis import example, given
 
         def run(case):
@@ -168,7 +207,41 @@ class Checks:
         # Hypothesis' pytest plugin gives each parametrized test.
         run._hypothesis_internal_add_digest = f"vllm-hotpaths:{self.hotpath}:{key}".encode()
         test = given(strategy)(run)
-        if os.environ.get("VLLM_HOTPATHS_NO_REPLAY") != "1":
+        if profile is not None:
+            test = profile(test)
+        elif os.environ.get("VLLM_HOTPATHS_NO_REPLAY") != "1":
             for case in reversed(self.committed(case_type, log.regressions)):
                 test = example(case)(test)
         test()
+
+    def reach(self, profile: str = "ci", key: str = "reach", seed: int | None = None) -> Counter[str]:
+        """How many generated examples of one draw of `profile` (derandomized, or from `seed`)
+        note each label, while drawn (the strategy's labels) or in `reached` (a state machine:
+        each run, counted at its teardown). No committed case, no vLLM."""
+        from hypothesis import seed as seeded
+        from hypothesis import strategies as st
+
+        from vllm_hotpaths.testing.cases import collecting
+
+        counts: Counter[str] = Counter()
+        if self.stateful:
+            if seed is not None:
+                raise ValueError(f"{self.hotpath}'s reach runs its state machine derandomized only, not from a seed")
+            with collecting() as seen:
+                self.reach_machines(counting(counts, seen), reach_settings(profile))
+            return counts
+        with collecting() as seen:
+            @st.composite
+            def fresh(draw):  # a draw Hypothesis rejects leaves no label behind
+                seen.clear()
+                return draw(self.cases())
+
+            def body(case):
+                self.reached(case)
+                counts.update(seen)
+                seen.clear()
+
+            chosen = reach_settings(profile, derandomize=seed is None)
+            self.explore(fresh(), self.case_type, key, CaseLog(Path(".")), body,
+                         profile=chosen if seed is None else lambda test: seeded(seed)(chosen(test)))
+        return counts

@@ -1,9 +1,20 @@
 """Each hot path's cases: the plain-data schema a strategy draws (and a fixture stores), the driver
 that runs a case through any implementation, and the comparison (its `Checks`)."""
 
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+
+_collectors: list[set[str]] = []
+
 
 def note(label: str) -> None:
-    """`hypothesis.event`, tolerated outside a test (benchmarks replay programs too)."""
+    """`hypothesis.event`, tolerated outside a test (benchmarks replay programs too); also added
+    to every set that `collecting()` has open."""
+    for seen in _collectors:
+        seen.add(label)
     try:
         from hypothesis import event
         from hypothesis.errors import InvalidArgument
@@ -13,6 +24,18 @@ def note(label: str) -> None:
         event(label)
     except InvalidArgument:
         pass
+
+
+@contextmanager
+def collecting() -> Iterator[set[str]]:
+    """A set that every `note(label)` adds to while the block runs: the reach test reads it per
+    example, outside Hypothesis' own statistics."""
+    seen: set[str] = set()
+    _collectors.append(seen)
+    try:
+        yield seen
+    finally:
+        _collectors.remove(seen)
 
 
 def seeded_logits(num_rows: int, vocab_size: int, seed: int, share: float, edits, specials):

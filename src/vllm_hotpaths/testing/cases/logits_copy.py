@@ -274,6 +274,9 @@ class LogitsCopyChecks(Checks):
 
     hotpath = "logits_copy"
     case_type = LogitsProgram
+    boundaries = ("a step no request needs processing (copy skipped)", "a step some request needs processing",
+                  "one request with several rows", "several requests with several rows",
+                  "a request list of 128 or more entries", "reasoning markers partly known (budgets not enforced)")
     error_type = BadInputCase
     triton = True
 
@@ -281,6 +284,26 @@ class LogitsCopyChecks(Checks):
         from strategies import logits_programs
 
         return logits_programs()
+
+    def reached(self, case: LogitsProgram) -> None:
+        from vllm_hotpaths.logits_copy.fast import needs_processing
+
+        markers = case.reasoning
+        if markers is not None and not all(markers):
+            note("reasoning markers partly known (budgets not enforced)")
+        forces = markers is not None and all(markers)  # as from 0.28
+        params: dict[int, RequestParams] = {}
+        for op in case.ops:
+            if op[0] == "add":
+                params[op[1]] = params_of(op[4])
+            elif op[0] == "remove":
+                del params[op[1]]
+            elif op[0] == "step":
+                needed = any(needs_processing(params[slot], case.vocab_size, forces) for slot, _ in op[1])
+                note("a step some request needs processing" if needed
+                     else "a step no request needs processing (copy skipped)")
+        for _ in run(case, [], "cpu"):  # the program's own labels; no sampler runs
+            pass
 
     def agree(self, case: LogitsProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         if is_live(actual):

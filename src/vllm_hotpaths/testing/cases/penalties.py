@@ -325,15 +325,22 @@ class PenaltiesRun:
         if moves:
             note("update: condense moved a row")
         new_rows = [dict(moves).get(r, r) for r in new_rows]
+        refilled, applied = set(new_rows), []
         for i, j in swaps:
             n = batch.num_reqs
             if n and i % n != j % n:
                 batch.swap(i % n, j % n)
+                applied.append({i % n, j % n})
                 touched = {i % n, j % n} & set(new_rows)
                 note("update: a swap moved a row added in it" if touched else "update: a swap moved rows")
                 new_rows = [{i % n: j % n, j % n: i % n}.get(r, r) for r in new_rows]
         if removed and added and (moves or swaps):
             note("update: adds, removes and moves in one step")
+        chained = [a | b for k, a in enumerate(applied) for b in applied[k + 1:] if len(a & b) == 1]
+        if chained:
+            note("update: moves whose order matters (swaps sharing one row)")
+            if any(rows & refilled for rows in chained):
+                note("update: chained moves touch a refilled row")
 
     def _repair(self, r: int) -> None:
         before = len(self.batch.req_output_token_ids[r])
@@ -435,6 +442,10 @@ class PenaltiesChecks(Checks):
 
     hotpath = "penalties"
     case_type = PenaltiesProgram
+    boundaries = ("update: a new request in a freed row", "update: a swap moved a row added in it",
+                  "update: adds, removes and moves in one step", "condense moved a row", "swap moved rows",
+                  "empty batch", "interior -1", "trailing -1 run", "repair shrank a list", "pad id V inside a row",
+                  "trim")
     error_type = PoisonedProgram
     converted = ((PoisonedProgram, PenaltiesProgram, PoisonedProgram.of),)
 
@@ -442,6 +453,11 @@ class PenaltiesChecks(Checks):
         from strategies import penalties_programs
 
         return penalties_programs()
+
+    def reached(self, case: PenaltiesProgram) -> None:
+        note("batch hint" if case.hint else "no batch hint")
+        for _ in PenaltiesRun(case).steps():  # the batch's own labels; no implementation runs
+            pass
 
     def agree(self, case: PenaltiesProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         run = PenaltiesRun(case)

@@ -163,6 +163,8 @@ class SlotPenaltiesChecks(Checks):
 
     hotpath = "penalties_mrv2"
     case_type = SlotProgram
+    boundaries = ("speculative rows", "a -1 draft", "a resumed request (outputs at admission)",
+                  "a slot reused after a removal", "drafts committed after a step", "slots out of order in the batch")
     triton = True
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "runner-change": ("cpu", "cuda")}
 
@@ -170,6 +172,18 @@ class SlotPenaltiesChecks(Checks):
         from strategies import slot_programs
 
         return slot_programs()
+
+    def reached(self, case: SlotProgram) -> None:
+        for _ in run(case, [], "cpu"):  # the program's own labels; no implementation runs
+            pass
+        freed: set[int] = set()
+        for op in case.ops:
+            if op[0] == "remove":
+                freed.add(op[1])
+            elif op[0] == "add" and op[1] in freed:
+                note("a slot reused after a removal")
+            elif op[0] == "step" and any(len(tokens) > 1 for tokens in op[5]):
+                note("drafts committed after a step")
 
     def agree(self, case: SlotProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         assert_same_penalties(case, expected, actual, device)

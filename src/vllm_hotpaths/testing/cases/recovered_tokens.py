@@ -24,6 +24,10 @@ near-tie of whatever currently wins):
   ("noise", request, lane, v)   q[request, lane] = v (0, tiny, huge, subnormal, inf)
   ("winner noise", token, _, v) the noise of the lane that currently wins the token's race is v
                                 (its request's row: a zero residual under zero noise scores NaN)
+  ("draft", token, _, mode)     at the token's own draft id (nothing when the id is outside
+                                [0, V)): mode 0 "single" (with draft probabilities the draft lane
+                                then wins; without, its masked residual leaves the row all zero),
+                                1 "tie", 2 "near" one fp32 step above
 Lanes are taken modulo the vocabulary size, tokens and requests modulo their counts.
 
 A `CorruptedRecovery` is a case whose inputs are then made inconsistent one way (`how`, one of
@@ -214,6 +218,15 @@ class Inputs:
                 return True
         return False
 
+    def draft_lane_wins(self) -> bool:
+        """Whether, with draft probabilities, some token's own draft id has a non-zero residual
+        and wins its race (the lowest lane on ties)."""
+        with np.errstate(invalid="ignore"):
+            residual = self.residual()
+        return self.draft is not None and any(
+            0 <= d < residual.shape[1] and residual[t, d] > 0 and self.winner(t) == d
+            for t, d in enumerate(self.draft_ids.tolist()))
+
     def winner(self, token: int) -> int:
         with np.errstate(all="ignore"):
             ratio = self.residual()[token].astype(np.float64) / self.q[self.request[token]]
@@ -256,6 +269,10 @@ class Inputs:
         if not len(self.target):
             return
         t = index % len(self.target)
+        if kind == "draft":
+            if not 0 <= self.draft_ids[t] < vocab:
+                return
+            kind, lane, arg = ("single", "tie", "near")[arg % 3], int(self.draft_ids[t]), 1
         if kind == "winner noise":
             self.q[self.request[t], self.winner(t)] = np.float32(arg)
         elif kind == "zero":
@@ -417,6 +434,10 @@ class RecoveredTokensChecks(Checks):
 
     hotpath = HOTPATH
     case_type = RecoveryCase
+    boundaries = ("edit tie", "edit near", "edit flip", "near-tie position", "NaN score position",
+                  "all-zero residual position", "ragged draft counts", "CPU vocabulary over several upstream tiles",
+                  "draft id -1 with draft probabilities", "the draft lane wins (draft probabilities)",
+                  "exact tie across upstream tiles")
     error_type = CorruptedRecovery
     # committed cases replay in the patch law too, with no seeded request and global seed 0
     converted = ((SeededRecovery, RecoveryCase, SeededRecovery.of),)

@@ -99,6 +99,64 @@ def _edit(values: np.ndarray, edits) -> None:
             values[row % rows, lane % lanes] = value
 
 
+def draft_outcomes(case: RejectionCase, sampler) -> list[list[bool | None]]:
+    """Per request, each draft's acceptance test on its own (as if every earlier draft had been
+    accepted) under reference class `sampler`'s uniforms, in fp64: True, False, or None where fp64
+    cannot call it for the kernels' fp32 (within 1e-4 of the threshold, NaN, or a row of -inf).
+    Reach statistics only: the laws compare the kernels themselves."""
+    from vllm_hotpaths.testing.ledger import _row_uniforms
+
+    target, draft = (None if t is None else t.double().numpy() for t in case.inputs("cpu")[:2])
+    target_lse = _logsumexp(target)
+    outcomes = []
+    random_rows = [start + j for start, (_, drafts, temp, *_) in zip(_starts(case), case.requests)
+                   if temp != 0.0 for j in range(len(drafts))]
+    accept = dict(zip(random_rows, _row_uniforms(case, random_rows, sampler)[0].tolist())) if random_rows else {}
+    for start, (slot, drafts, temp, *_) in zip(_starts(case), case.requests):
+        found = []
+        for j, token in enumerate(drafts):
+            row = target[start + j]
+            if token < 0 or np.isnan(row).any():
+                found.append(False if token < 0 and sampler.PLACEHOLDERS else None)
+                continue
+            if temp == 0.0:
+                found.append(bool(np.argmax(row) == token))
+                continue
+            with np.errstate(all="ignore"):
+                t_lp = row[token] - target_lse[start + j]
+            d_lp = 0.0
+            if draft is not None:
+                d_row = draft[slot, j] / (temp if sampler.DRAFT_OVER_TEMP else 1.0)
+                with np.errstate(all="ignore"):
+                    d_lp = d_row[token] - _logsumexp(d_row[None])[0]
+            with np.errstate(all="ignore"):
+                margin = t_lp - (math.log(max(accept[start + j], 4.6566127342e-10)) + d_lp)
+            found.append(None if not np.isfinite(target_lse[start + j]) or np.isnan(margin) or abs(margin) < 1e-4
+                         else bool(margin > 0))
+        outcomes.append(found)
+    return outcomes
+
+
+def _starts(case: RejectionCase) -> list[int]:
+    starts, row = [], 0
+    for request in case.requests:
+        starts.append(row)
+        row += 1 + len(request[1])
+    return starts
+
+
+def _finite_lse(row: torch.Tensor) -> bool:
+    """A row whose log-sum-exp is finite: no NaN, no +inf, some finite logit."""
+    return bool(torch.isfinite(row).any() and not row.isnan().any() and not (row == math.inf).any())
+
+
+def _logsumexp(rows: np.ndarray) -> np.ndarray:
+    top = rows.max(axis=-1)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(all="ignore"):
+        return safe + np.log(np.exp(rows - safe[..., None]).sum(axis=-1))
+
+
 def sample(impl, case: RejectionCase, device):
     """(sampled, num_sampled), or the InvalidRejectionInput raised."""
     from vllm_hotpaths.rejection_mrv2 import InvalidRejectionInput
@@ -138,6 +196,9 @@ class RejectionChecks(Checks):
 
     hotpath = "rejection_mrv2"
     case_type = RejectionCase
+    boundaries = ("greedy request with drafts", "random request with drafts", "draft logits", "a -1 draft",
+                  "near-ties", "a rejected draft followed by drafts that would be accepted (random)",
+                  "a first draft both models rule out (log p = log q = -inf), tested")
     triton = True
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "runner-change": ("cpu", "cuda")}
 
@@ -145,6 +206,23 @@ class RejectionChecks(Checks):
         from strategies import rejection_cases
 
         return rejection_cases()
+
+    def reached(self, case: RejectionCase) -> None:
+        from vllm_hotpaths import registry
+
+        sampler = registry.get(self.hotpath).reference()  # the newest release's behaviours
+        target, draft = case.inputs("cpu")[:2]
+        outcomes = draft_outcomes(case, sampler)
+        for start, (slot, drafts, temp, *_), found in zip(_starts(case), case.requests, outcomes):
+            kind = "greedy" if temp == 0.0 else "random"
+            note(f"{kind} request with drafts" if drafts else f"{kind} request without drafts")
+            rejected = next((j for j, ok in enumerate(found) if ok is not True), None)
+            if rejected is not None and found[rejected] is False and any(found[rejected + 1:]):
+                note(f"a rejected draft followed by drafts that would be accepted ({kind})")
+            if draft is not None and temp != 0.0 and drafts and drafts[0] >= 0 \
+                    and target[start, drafts[0]] == -math.inf and draft[slot, 0, drafts[0]] == -math.inf \
+                    and all(_finite_lse(row) for row in (target[start], draft[slot, 0])):
+                note("a first draft both models rule out (log p = log q = -inf), tested")
 
     def agree(self, case: RejectionCase, expected: Side, actual: Side, device, log: CaseLog) -> None:
         assert_same_samples(case, expected, actual, device)

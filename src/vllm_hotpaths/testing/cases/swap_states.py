@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -583,13 +584,14 @@ def machine(make_sides, observer, log: CaseLog, valid_only: bool = False):
     return SwapStatesMachine
 
 
-def run_machine(machine_class) -> None:
+def run_machine(machine_class, profile=None) -> None:
     """Runs of up to 100 operations (Hypothesis' default is 50; the planted bugs that need a
-    removal, a condense and a re-add in a later step were missed by some 50-operation seeds)."""
+    removal, a condense and a re-add in a later step were missed by some 50-operation seeds),
+    under the loaded profile or `profile` (Hypothesis settings)."""
     from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    run_state_machine_as_test(machine_class, settings=settings(stateful_step_count=100))
+    run_state_machine_as_test(machine_class, settings=settings(profile, stateful_step_count=100))
 
 
 def candidate_sides(reference_factory, factory, on_vllm: bool = False):
@@ -630,6 +632,20 @@ class SwapStatesChecks(Checks):
 
     hotpath = "swap_states"
     case_type = SwapProgram
+    stateful = True
+    boundaries = ("swap of a row with itself", "swap refused", "condense refused",
+                  "swap moves a differing allowed_token_ids_mask", "condense moves a differing block_table",
+                  "swap moves a differing spec_token_ids", "condense moves a differing token_ids_cpu",
+                  "accepted count at the int32 maximum", "batch filled to max_num_reqs",
+                  "row at max_model_len with outputs")
+
+    def reach_machines(self, counted, profile) -> None:
+        """The reference on both sides (refusals are noted by the comparison)."""
+        from vllm_hotpaths import registry
+
+        reference = registry.get(self.hotpath).reference()
+        run_machine(counted(machine(candidate_sides(reference, reference), Equivalence("cpu"), CaseLog(Path(".")))),
+                    profile)
 
     def cases(self):
         """The generator is a state machine, not a strategy: `machine` (which draws from

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -654,14 +655,15 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
     return ThinkBudgetMachine
 
 
-def run_machine(machine_class, digest: str | None = None) -> None:
-    """One property run of the machine (the profile's examples, up to 40 rules each). `digest`
-    gives the run its own examples (and, derandomized, its own seed), as Hypothesis' pytest plugin
-    gives each parametrized test; the machine's own digest (its source) stays part of it."""
+def run_machine(machine_class, digest: str | None = None, profile=None) -> None:
+    """One property run of the machine (the profile's examples, up to 40 rules each; `profile`:
+    Hypothesis settings in place of the loaded profile). `digest` gives the run its own examples
+    (and, derandomized, its own seed), as Hypothesis' pytest plugin gives each parametrized test;
+    the machine's own digest (its source) stays part of it."""
     from hypothesis import settings
     from hypothesis.stateful import get_state_machine_test
 
-    test = get_state_machine_test(machine_class, settings=settings(settings.default, stateful_step_count=40))
+    test = get_state_machine_test(machine_class, settings=settings(profile or settings.default, stateful_step_count=40))
     if digest is not None:
         inner = test.hypothesis.inner_test
         inner._hypothesis_internal_add_digest = inner._hypothesis_internal_add_digest + digest.encode()
@@ -736,6 +738,21 @@ class ThinkBudgetChecks(Checks):
     hotpath = HOTPATH
     case_type = ThinkProgram
     error_type = BadConfig
+    stateful = True
+    boundaries = ("a row is forcing its end marker", "output rewritten below its end", "output shrinks",
+                  "repair shrinks the output", "interior placeholder filled", "long output (a resumed request)",
+                  "update: removed", "update: moved", "update: removed+added", "update: a swap touches a row added in it",
+                  "repeat_indices: a request with more than one row", "a multi-id marker emitted one id a step",
+                  "prompt: in think")
+
+    def reach_machines(self, counted, profile) -> None:
+        """The newest reference on both sides, in each spec mode."""
+        reference = registry.get(HOTPATH).reference()
+        version = registry.get(HOTPATH).reference_version_for(None)
+        for spec, mode in SPEC_MODES:
+            make = _maker(Side("reference", reference, version), "cpu")
+            run_machine(counted(machine(version, spec, make, make, "cpu", CaseLog(Path(".")), "reach")),
+                        digest=f"vllm-hotpaths:{self.hotpath}:reach:{mode}", profile=profile)
     # The errors law builds holders and hands them one request: no logits, so no CUDA case.
     law_devices = {**Checks.law_devices, "errors": ("cpu",)}
 

@@ -281,6 +281,8 @@ class SlotThinkBudgetChecks(Checks):
 
     hotpath = "think_budget_mrv2"
     case_type = ThinkSlotProgram
+    boundaries = ("a row forced", "a draft row forced", "a resumed request", "speculative rows", "prompt: in think",
+                  "prompt: partial start", "prompt: partial end", "a marker list missing (budget not enforced)")
     triton = True
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "runner-change": ("cpu", "cuda")}
 
@@ -288,6 +290,28 @@ class SlotThinkBudgetChecks(Checks):
         from strategies import think_slot_programs
 
         return think_slot_programs()
+
+    def reached(self, case: ThinkSlotProgram) -> None:
+        from vllm_hotpaths import registry
+        from vllm_hotpaths.think_budget_mrv2.reference import forced_end_id
+
+        reference = registry.get(self.hotpath).reference()
+        if case.config.enabled:  # the reference on both sides notes the rows it forces
+            side = Side("reference", reference, "")
+            assert_same_forcing(case, side, side, "cpu")
+            return
+        if not (case.start_ids and case.end_ids):
+            return
+        # No natural end: upstream forces nothing; would a budget with no end marker force a row?
+        impl = reference(case.config, "cpu")
+        for step in run(case, [impl], "cpu"):
+            for i, slot in enumerate(step.rows):
+                request = impl.slots[slot]
+                tokens = impl.sequence(request, step.input_ids, i, step.local_pos[i])
+                if request.budget is not None and forced_end_id(tokens, case.start_ids, case.end_ids, (-1,),
+                                                                request.budget) is not None:
+                    note("no natural end marker: a budgeted row past its budget (not forced)")
+            impl.commit(step.slots, step.sampled)
 
     def agree(self, case: ThinkSlotProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         def sized(side: Side) -> Side:  # the v1 side's spec mode follows the program
