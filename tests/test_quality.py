@@ -14,33 +14,25 @@ import json
 
 import pytest
 
-from properties.quality import logits_copy as logits_copy_mutants
-from properties.quality import penalties as penalties_mutants
-from properties.quality import penalties_mrv2 as penalties_mrv2_mutants
-from properties.quality import recovered_tokens as recovered_tokens_mutants
-from properties.quality import rejection_mrv2 as rejection_mrv2_mutants
-from properties.quality import swap_states as swap_states_mutants
-from properties.quality import think_budget as think_budget_mutants
-from properties.quality import think_budget_mrv2 as think_budget_mrv2_mutants
+from properties.quality.runs import planted_runs
+
+PLANTED = planted_runs()
 
 
-def generation_only(tmp_path) -> dict[str, str]:
-    """The environment of a quality run: committed fixtures neither replayed nor consulted."""
-    empty = tmp_path / "no-committed-fixtures"
-    empty.mkdir(exist_ok=True)
-    return {"VLLM_HOTPATHS_NO_REPLAY": "1", "VLLM_HOTPATHS_REGRESSIONS": str(empty)}
-
-
-@pytest.mark.parametrize("mutant, law", penalties_mutants.MUTANTS.items())
-def test_penalties_mutant_is_caught(mutant, law, run_cli, tmp_path):
-    result = run_cli(
-        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
-        "-k", "penalties and cpu", "--hypothesis-profile",
-        "quality" if mutant in penalties_mutants.NEED_MORE_EXAMPLES else "ci",
-        "--impl", f"penalties=properties.quality.penalties:{mutant}", "--fixture-dir", str(tmp_path),
-        **generation_only(tmp_path),
-    )
-    assert_caught_with_fixture(result, tmp_path, "penalties", mutant)
+@pytest.mark.parametrize("run", PLANTED, ids=[run.name for run in PLANTED])
+def test_planted_bug_is_caught(run, run_cli, tmp_path):
+    """A candidate (`--impl`) or a planted reference (`--reference`, law conformance against the
+    installed vLLM) fails its property on the CPU, found by generated cases (its profile,
+    derandomized); one that generation does not reach reliably fails on its committed fixture."""
+    if run.skip_reason():
+        pytest.skip(run.skip_reason())
+    if run.fixture is not None:
+        result = run_cli("-m", "pytest", run.target, "-q", "-x", "-p", "no:cacheprovider", "-k", run.keyword,
+                         "--hypothesis-profile", "smoke", "--fixture-dir", str(tmp_path), run.option, run.spec)
+        assert result.returncode == 1 and f"committed fixture {run.fixture}" in result.stdout, result.stdout[-3000:]
+        return
+    result = run_cli(*run.args(tmp_path), **run.env(tmp_path))
+    assert_caught_with_fixture(result, tmp_path, run.hotpath, run.mutant)
 
 
 def assert_caught_with_fixture(result, fixture_dir, hotpath: str, mutant: str) -> None:
@@ -61,137 +53,6 @@ def failure_types(junit_xml) -> list[str]:
 
     failures = ET.parse(junit_xml).getroot().iter("failure")
     return [f.get("message", "").split(":", 1)[0].split(".")[-1] for f in failures]
-
-
-VERSIONED_MUTANTS = [(hotpath, mutant, version, prop)
-                     for hotpath, module in (("think_budget", think_budget_mutants),
-                                             ("swap_states", swap_states_mutants))
-                     for mutant, (version, prop) in module.MUTANTS.items()]
-
-
-@pytest.mark.parametrize("hotpath, mutant, version, prop", VERSIONED_MUTANTS,
-                         ids=[f"{h}-{m}" for h, m, _, _ in VERSIONED_MUTANTS])
-def test_versioned_mutant_is_caught(hotpath, mutant, version, prop, run_cli, tmp_path):
-    """A candidate checked against the reference of `version`; generated cases only, on CPU.
-    `prop` names a generic law (properties/test_<law>.py, the hot path's cases) or a property of
-    the hot path's own module (properties/test_<hotpath>.py)."""
-    if prop in ("equivalence", "errors", "conformance", "drift", "patch"):
-        target, keyword = f"properties/test_{prop}.py", f"{hotpath} and cpu"
-    else:
-        target, keyword = f"properties/test_{hotpath}.py", f"{prop} and not fixtures and not cuda"
-    module = {"think_budget": think_budget_mutants, "swap_states": swap_states_mutants}[hotpath]
-    profile = "quality" if mutant in getattr(module, "NEED_MORE_EXAMPLES", ()) else "ci"
-    fixture = getattr(module, "CAUGHT_BY_FIXTURE", {}).get(mutant)
-    if fixture is not None:  # generation does not reach it reliably: its committed fixture does
-        result = run_cli("-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", "-k", keyword,
-                         "--hypothesis-profile", "smoke", "--fixture-dir", str(tmp_path),
-                         "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}")
-        assert result.returncode == 1 and f"committed fixture {fixture}" in result.stdout, result.stdout[-3000:]
-        return
-    result = run_cli(
-        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
-        "-k", keyword, "--hypothesis-profile", profile,
-        "--impl", f"{hotpath}@{version}=properties.quality.{hotpath}:{mutant}",
-        "--fixture-dir", str(tmp_path), **generation_only(tmp_path),
-    )
-    assert_caught_with_fixture(result, tmp_path, hotpath, mutant)
-
-
-CPU_RECOVERY_MUTANTS = {name: spec for name, spec in recovered_tokens_mutants.MUTANTS.items()
-                        if "cpu" in spec[2].split()}
-
-
-@pytest.mark.parametrize("mutant", sorted(CPU_RECOVERY_MUTANTS))
-def test_recovered_tokens_mutant_is_caught(mutant, run_cli, tmp_path):
-    """Triton kernels interpreted on the CPU; `IEEEDivision` shows only on CUDA (the GPU run). A
-    planted reference (law conformance) is checked against the installed vLLM in place of the
-    frozen one."""
-    version, law, _ = CPU_RECOVERY_MUTANTS[mutant]
-    option = "--reference" if law == "conformance" else "--impl"
-    result = run_cli(
-        "-m", "pytest", f"properties/test_{law}.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
-        "-k", "recovered_tokens and cpu",
-        "--hypothesis-profile", "quality" if mutant in recovered_tokens_mutants.NEED_MORE_EXAMPLES else "ci",
-        option, f"recovered_tokens@{version}=properties.quality.recovered_tokens:{mutant}",
-        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
-    )
-    assert_caught_with_fixture(result, tmp_path, "recovered_tokens", mutant)
-
-
-@pytest.mark.parametrize("mutant", sorted(logits_copy_mutants.MUTANTS))
-def test_logits_copy_mutant_is_caught(mutant, run_cli, tmp_path):
-    """Each skips the copy where a step would have changed a logit (reference kernels interpreted):
-    caught by a generic law (properties/test_<law>.py) or a logits-copy property."""
-    caught_by = logits_copy_mutants.MUTANTS[mutant]
-    if caught_by in logits_copy_mutants.LAWS:
-        target, selected = f"properties/test_{caught_by}.py", "logits_copy and cpu"
-    else:
-        target, selected = "properties/test_logits_copy.py", f"{caught_by} and cpu"
-    profile = "quality" if mutant in logits_copy_mutants.NEED_MORE_EXAMPLES else "ci"
-    result = run_cli(
-        "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider", "--no-shrink", f"--junitxml={tmp_path / 'junit.xml'}",
-        "-k", selected, "--hypothesis-profile", profile,
-        "--impl", f"logits_copy@{logits_copy_mutants.version_of(mutant)}=properties.quality.logits_copy:{mutant}",
-        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
-    )
-    assert_caught_with_fixture(result, tmp_path, "logits_copy", mutant)
-
-
-CPU_MRV2_PENALTIES_MUTANTS = sorted(name for name, devices in penalties_mrv2_mutants.MUTANTS.items()
-                                    if "cpu" in devices.split())
-
-
-@pytest.mark.parametrize("mutant", CPU_MRV2_PENALTIES_MUTANTS)
-def test_penalties_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
-    """A planted Model Runner V2 penalties reference, checked against the installed vLLM's own
-    MRv2 code in place of the frozen one (both interpreted on the CPU)."""
-    result = run_cli(
-        "-m", "pytest", "properties/test_conformance.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink",
-        f"--junitxml={tmp_path / 'junit.xml'}", "-k", "penalties_mrv2 and cpu", "--hypothesis-profile", "ci",
-        "--reference", f"penalties_mrv2@0.16.0=properties.quality.penalties_mrv2:{mutant}",
-        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
-    )
-    assert_caught_with_fixture(result, tmp_path, "penalties_mrv2", mutant)
-
-
-CPU_MRV2_THINK_BUDGET_MUTANTS = sorted(name for name, devices in think_budget_mrv2_mutants.MUTANTS.items()
-                                       if "cpu" in devices.split())
-
-
-@pytest.mark.parametrize("mutant", CPU_MRV2_THINK_BUDGET_MUTANTS)
-def test_think_budget_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
-    """A planted Model Runner V2 thinking-budget reference, checked against the installed vLLM's
-    own MRv2 state in place of the frozen one (its kernels interpreted on the CPU)."""
-    from vllm_hotpaths import registry, vllm_env
-
-    version = vllm_env.installed_version()
-    if version is None or not registry.get("think_budget_mrv2").exists_in(version):
-        pytest.skip(f"vLLM {version} has no Model Runner V2 thinking budget")
-    result = run_cli(
-        "-m", "pytest", "properties/test_conformance.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink",
-        f"--junitxml={tmp_path / 'junit.xml'}", "-k", "think_budget_mrv2 and cpu", "--hypothesis-profile", "ci",
-        "--reference", f"think_budget_mrv2@0.28.0=properties.quality.think_budget_mrv2:{mutant}",
-        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
-    )
-    assert_caught_with_fixture(result, tmp_path, "think_budget_mrv2", mutant)
-
-
-CPU_REJECTION_MRV2_MUTANTS = sorted(name for name, devices in rejection_mrv2_mutants.MUTANTS.items()
-                                    if "cpu" in devices.split())
-
-
-@pytest.mark.parametrize("mutant", CPU_REJECTION_MRV2_MUTANTS)
-def test_rejection_mrv2_mutant_is_caught(mutant, run_cli, tmp_path):
-    """A planted Model Runner V2 rejection sampling reference, checked against the installed vLLM's
-    own `rejection_sample` in place of the frozen one (both interpreted on the CPU)."""
-    result = run_cli(
-        "-m", "pytest", "properties/test_conformance.py", "-q", "-x", "-p", "no:cacheprovider", "--no-shrink",
-        f"--junitxml={tmp_path / 'junit.xml'}", "-k", "rejection_mrv2 and cpu", "--hypothesis-profile", "ci",
-        "--reference",
-        f"rejection_mrv2@{rejection_mrv2_mutants.reference_version()}=properties.quality.rejection_mrv2:{mutant}",
-        "--fixture-dir", str(tmp_path), **generation_only(tmp_path), TRITON_INTERPRET="1",
-    )
-    assert_caught_with_fixture(result, tmp_path, "rejection_mrv2", mutant)
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark (candidate-fixture).

@@ -221,6 +221,15 @@ class MovesBeforeAdds(WatermarkThinkBudget):
         super().sync_batch(BatchUpdate(update.batch_size, (), update.added, ()))
 
 
+class MovesInReverse(WatermarkThinkBudget):
+    """Applies an update's moves last to first: the same result while no two moves share a row;
+    a chained pair ((row, a) then (a, b)) puts the states in the wrong rows."""
+
+    def sync_batch(self, update):
+        if update is not None:
+            update = BatchUpdate(update.batch_size, update.removed, update.added, tuple(reversed(update.moved)))
+        super().sync_batch(update)
+
 
 class FirstRepeatedRow(WatermarkThinkBudget):
     """Reads each request's first row of a repeated layout (`repeat_indices`), not its last: with
@@ -253,6 +262,7 @@ MUTANTS = {
     "SearchWindow256": ("0.21.0", "equivalence"),
     "TwoTokenCarry": ("0.21.0", "equivalence"),
     "MovesBeforeAdds": ("0.21.0", "equivalence"),
+    "MovesInReverse": ("0.21.0", "equivalence"),
     "FirstRepeatedRow": ("0.21.0", "equivalence"),
 }
 

@@ -204,6 +204,12 @@ def describe_update(update: BatchUpdate) -> None:
     for i1, i2, direction in update.moved:
         if i1 in added or i2 in added:
             note(f"update: a {'swap' if is_swap(direction) else 'condense move'} touches a row added in it")
+    rows = [{i1, i2} for i1, i2, _ in update.moved if i1 != i2]
+    chained = [a | b for k, a in enumerate(rows) for b in rows[k + 1:] if len(a & b) == 1]
+    if chained:
+        note("update: moves whose order matters (two sharing one row)")
+        if any(pair & added for pair in chained):
+            note("update: chained moves touch a row added in it")
 
 
 # -- calls the holder receives ---------------------------------------------------------------------
@@ -573,6 +579,27 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
         def swap(self, i, j):
             self.do("swap", i, j)
 
+        @rule(data=st.data(), refill=st.booleans(), a=st.integers(0, 7), b=st.integers(0, 7))
+        def reorder(self, data, refill, a, b):
+            """One update of chained moves: a row removed, then refilled by a new request (or
+            left for the condense to fill with the last row), then two swaps sharing a row, the
+            first at that row: (row, a) then (a, b), whose order decides where each state goes."""
+            live = [i for i, s in enumerate(self.run.batch.slots) if s is not None]
+            if len(live) < 3 or self.stopped:
+                return
+            k = data.draw(st.integers(0, len(live) - 1), label="removed")
+            self.remove(k)
+            if refill:
+                self.add(data, data.draw(BOOLEANS, label="tracked"))
+            row = live[k] if refill or live[k] < live[-1] else live[-2]
+            n = len(live) if refill else len(live) - 1
+            others = [i for i in range(n) if i != row]
+            first = others[a % len(others)]
+            second = [i for i in others if i != first][b % (len(others) - 1)] if len(others) > 1 else row
+            self.swap(row, first)
+            self.swap(first, second)
+            self._step(data)
+
         @rule(data=st.data(), then_step=st.booleans())
         def sample(self, data, then_step):
             self.do("sample", data.draw(self.draws.token_lists))
@@ -742,6 +769,8 @@ class ThinkBudgetChecks(Checks):
     boundaries = ("a row is forcing its end marker", "output rewritten below its end", "output shrinks",
                   "repair shrinks the output", "interior placeholder filled", "long output (a resumed request)",
                   "update: removed", "update: moved", "update: removed+added", "update: a swap touches a row added in it",
+                  "update: moves whose order matters (two sharing one row)",
+                  "update: chained moves touch a row added in it",
                   "repeat_indices: a request with more than one row", "a multi-id marker emitted one id a step",
                   "prompt: in think")
 
