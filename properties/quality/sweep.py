@@ -39,12 +39,16 @@ def caught(run: PlantedRun, seed: int, profile: str = "ci") -> tuple[bool, float
                                 capture_output=True, text=True, timeout=1800)
         seconds = time.perf_counter() - start
         junit = out / "junit.xml"
+        report = ET.parse(junit).getroot() if junit.exists() else None
         failures = [f.get("message", "").split(":", 1)[0].split(".")[-1]
-                    for f in ET.parse(junit).getroot().iter("failure")] if junit.exists() else []
+                    for f in report.iter("failure")] if report is not None else []
         if result.returncode == 1 and failures == ["AssertionError"]:
             return True, seconds, ""
-        if result.returncode == 0:
+        ran = sum(1 for case in report.iter("testcase") if case.find("skipped") is None) if report is not None else 0
+        if result.returncode == 0 and ran:
             return False, seconds, ""
+        if result.returncode == 0:
+            return False, seconds, "every selected test skipped (the installed vLLM lacks what it needs?)"
         return False, seconds, f"exit {result.returncode}, failures {failures}: {result.stdout[-400:]!r}"
 
 
@@ -67,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     skipped = {r.name: r.skip_reason() for r in runs if r.skip_reason()}
     jobs = [(r, s) for r in runs if r.name not in skipped for s in range(1, args.seeds + 1)]
     started = time.perf_counter()
+    def one(job):  # each run's outcome as it ends, so an interrupted sweep keeps what it ran
+        outcome = caught(*job)
+        print(f"  {job[0].name} seed {job[1]}: {'caught' if outcome[0] else 'missed'} in {outcome[1]:.0f} s",
+              file=sys.stderr, flush=True)
+        return outcome
+
     with ThreadPoolExecutor(args.workers) as pool:
-        outcomes = list(pool.map(lambda job: caught(*job), jobs))
+        outcomes = list(pool.map(one, jobs))
     by_run: dict[str, list] = {}
     for (run, seed), outcome in zip(jobs, outcomes):
         by_run.setdefault(run.name, []).append((seed, *outcome))

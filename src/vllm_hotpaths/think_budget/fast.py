@@ -124,6 +124,12 @@ class _WatermarkHooks:
         if state is not None:
             state["_scan"].forget()
 
+    def _replace(self, index: int, state: dict) -> None:
+        old = self.rows.get(index)
+        if old is not None:
+            old["_scan"].forget()
+        super()._replace(index, state)
+
     def _committed_length(self, state: dict, row: Sequence[int]) -> int:
         return len(row)
 

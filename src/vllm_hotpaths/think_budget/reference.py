@@ -75,9 +75,10 @@ class ThinkBudgetReference:
             self._drop(index)
         for index, params, prompt, output in update.added:
             budget = self._budget(index, params.thinking_token_budget)
-            self._drop(index)  # an added request replaces whatever held the row
-            if budget is not None:
-                self.rows[index] = self._new_state(prompt, budget, output)
+            if budget is None:
+                self._drop(index)
+            else:
+                self._replace(index, self._new_state(prompt, budget, output))
         for i1, i2, direction in update.moved:
             if is_swap(direction):
                 self._swap(i1, i2)
@@ -88,6 +89,12 @@ class ThinkBudgetReference:
 
     def _drop(self, index: int) -> None:
         self.rows.pop(index, None)
+
+    def _replace(self, index: int, state: dict[str, Any]) -> None:
+        # Assigned in place, as upstream's dict is: a row that still held an entry (a reused row
+        # is not reported removed) keeps its place in the table's order. `update_state` visits the
+        # rows in that order, which decides what a state on two rows (a SWAP up to 0.27) reads last.
+        self.rows[index] = state
 
     def _budget(self, index: int, budget) -> int | None:
         """0.22 takes any integer: -1 keeps an inert entry, other negatives run the machine."""
