@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from properties.quality.runs import planted_runs
+from properties.quality.runs import failure_types, planted_runs
 
 PLANTED = planted_runs()
 
@@ -45,14 +45,6 @@ def assert_caught_with_fixture(result, fixture_dir, hotpath: str, mutant: str) -
     assert str(written[0]) in result.stdout
     record = json.loads(written[0].read_text())
     assert record["hotpath"] == hotpath and mutant in record["source"]
-
-
-def failure_types(junit_xml) -> list[str]:
-    """The exception type of each failure in a JUnit report."""
-    import xml.etree.ElementTree as ET
-
-    failures = ET.parse(junit_xml).getroot().iter("failure")
-    return [f.get("message", "").split(":", 1)[0].split(".")[-1] for f in failures]
 
 
 # The committed fixtures that show each flaw of prime-rl PR #2772's watermark (candidate-fixture).

@@ -57,6 +57,15 @@ class PlantedRun:
         return {**env, "TRITON_INTERPRET": "1"} if self.interpreted else env
 
 
+def failure_types(junit_xml: Path) -> list[str]:
+    """The exception type of each failure in a JUnit report (none where there is no report)."""
+    import xml.etree.ElementTree as ET
+
+    if not Path(junit_xml).exists():
+        return []
+    return [f.get("message", "").split(":", 1)[0].split(".")[-1] for f in ET.parse(junit_xml).getroot().iter("failure")]
+
+
 def _law_or_own(hotpath: str, prop: str) -> tuple[str, str]:
     """(module, -k) of a generic law, or of a property in the hot path's own module."""
     if prop in LAWS:

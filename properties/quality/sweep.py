@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from properties.quality.runs import PlantedRun, planted_runs
+from properties.quality.runs import PlantedRun, failure_types, planted_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,8 +40,7 @@ def caught(run: PlantedRun, seed: int, profile: str = "ci") -> tuple[bool, float
         seconds = time.perf_counter() - start
         junit = out / "junit.xml"
         report = ET.parse(junit).getroot() if junit.exists() else None
-        failures = [f.get("message", "").split(":", 1)[0].split(".")[-1]
-                    for f in report.iter("failure")] if report is not None else []
+        failures = failure_types(junit)
         if result.returncode == 1 and failures == ["AssertionError"]:
             return True, seconds, ""
         ran = sum(1 for case in report.iter("testcase") if case.find("skipped") is None) if report is not None else 0
