@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from hypothesis import strategies as st
 
 from vllm_hotpaths.testing.cases import note
@@ -21,7 +22,7 @@ WINNER_NOISE = (0.0, 0.0, math.inf, 1e-40, 2.0 ** 126)
 # vLLM's 0.22 tile, its neighbours, and real vocabularies (CUDA cases).
 LARGE_VOCABS = (8191, 8192, 8193, 16385, 32000, 129280, 151936)
 # CPU cases over several of upstream's 8,192-lane tiles and real vocabularies (ids past 16 bits),
-# in one case of six with one or two draft tokens: the interpreter pays about 7 ms per program
+# in one case of five with one or two draft tokens: the interpreter pays about 7 ms per program
 # per 8,192-lane block, so the reference keeps upstream's tile and the candidate blocks of 4,096
 # or 8,192 lanes in 2 to 8 slices.
 WIDE_VOCABS = (16385, 24577, 32768, 32769, 65536, 151936, 262144)
@@ -58,18 +59,30 @@ def _edit(vocab: int, widths: list[int], focus: int) -> st.SearchStrategy[tuple]
     )
 
 
+def _last_edit(vocab: int, focus: int) -> st.SearchStrategy[tuple]:
+    """Built on purpose, after the other edits so none undoes it: in a vocabulary past 16 bits,
+    in three cases of four, the only non-zero residual at an id past 32,767 (the winner's id must
+    survive whatever holds it); else in one case of three a whole NaN target row (a model's NaN
+    logits: no real lane may lose to a padding lane)."""
+    nan_row = st.integers(0, 2).map(lambda n: (("nan", focus, 0, 2),) if n == 2 else ())
+    if vocab <= 2**15:
+        return nan_row
+    past_16_bits = st.integers(2**15, vocab - 1).map(lambda lane: (("single", focus, lane, 0),))
+    return st.integers(0, 3).flatmap(lambda n: past_16_bits if n else nan_row)
+
+
 @st.composite
 def recovery_cases(draw, large: bool = False) -> RecoveryCase:
-    """Small vocabularies with shrunk tiles (for Triton's interpreter), in one case of six
+    """Small vocabularies with shrunk tiles (for Triton's interpreter), in one case of five
     vocabularies of several upstream tiles or real sizes (one or two draft tokens), or
     `large=True`: vLLM's tile neighbours and real vocabularies with production tiles (for CUDA)."""
-    wide = not large and draw(st.integers(0, 5)) == 5  # the last value: shrinking leaves the small ones
+    wide = not large and draw(st.integers(0, 4)) == 4  # the last value: shrinking leaves the small ones
     if large:
         vocab = draw(st.sampled_from(LARGE_VOCABS))
         reference_block, fast_tiles = None, None
         widths = [8192, 1024]
     elif wide:
-        vocab = draw(st.one_of(st.sampled_from(WIDE_VOCABS), st.integers(WIDE_VOCABS[0], WIDE_VOCABS[-1])))
+        vocab = draw(st.one_of(st.sampled_from(WIDE_VOCABS), st.integers(2**15, WIDE_VOCABS[-1])))
         reference_block = UPSTREAM_TILE
         block = draw(st.sampled_from((4096, 8192)))
         slices = draw(st.integers(2, 8))  # the interpreter's cost is per program: a few slices
@@ -93,6 +106,7 @@ def recovery_cases(draw, large: bool = False) -> RecoveryCase:
         counts = [min(c, 1) for c in counts] if sum(counts) > 2 else counts
         counts[-1] = max(counts[-1], int(not any(counts)))
     tokens = sum(counts)
+    focus = draw(st.integers(0, 15))
     id_choice = st.one_of(st.sampled_from((-1, 0, vocab - 1)), st.integers(0, vocab - 1))
     case = RecoveryCase(
         vocab_size=vocab,
@@ -102,7 +116,7 @@ def recovery_cases(draw, large: bool = False) -> RecoveryCase:
         draft_ids=tuple(draw(st.lists(id_choice, min_size=tokens, max_size=tokens))),
         seed=draw(st.integers(0, 2 ** 32 - 1)),
         zero_share=draw(st.sampled_from((0.0, 0.5, 0.9, 1.0))),
-        edits=tuple(draw(st.lists(_edit(vocab, widths, draw(st.integers(0, 15))), max_size=8))),
+        edits=tuple(draw(st.lists(_edit(vocab, widths, focus), max_size=8))) + draw(_last_edit(vocab, focus)),
         reference_block=reference_block,
         fast_tiles=fast_tiles,
         ids_dtype=draw(st.sampled_from(("int32", "int64"))),
@@ -137,6 +151,12 @@ def classify(case: RecoveryCase) -> list[str]:
             labels.append("near-tie position")
         if case.nan_positions().any():
             labels.append("NaN score position")
+        built = case.build()
+        if case.fast_tiles is not None and case.vocab_size % case.fast_tiles[0] \
+                and np.isnan(built.target).all(axis=1).any():
+            labels.append("a whole NaN row, the vocabulary not a multiple of the block")
+        if case.fast_tiles is not None and any(built.winner(t) >= 2**15 for t in range(case.num_tokens)):
+            labels.append("CPU winning id past 32,767")
     return labels
 
 

@@ -5,9 +5,9 @@ Small vocabularies (one 1024-lane resample block, a few crossing it; interpreted
 few milliseconds per program), one or two requests in any slots, up to three drafts each, -1
 placeholder drafts among them, greedy and random requests (temperatures around 1), seeds across
 the int64 range, one-hot drafts or draft logits. Logits are drawn from a seed, with special
-values (signed zeros, infinities, NaN, subnormals, fp32 extremes) and engineered near-ties: lanes
+values (signed zeros, infinities, NaN, subnormals, fp32 extremes), engineered near-ties (lanes
 set to one value or one ulp apart, where Gumbel-max in log space and v1's probability ratio may
-part ways.
+part ways) and exact ties of the acceptance test.
 """
 
 from __future__ import annotations
@@ -75,8 +75,14 @@ def rejection_cases(draw) -> RejectionCase:
     edits += draw(reject_then_accept(requests, vocab))
     if any(-1 in r[1] for r in requests):
         note("a -1 draft")
+    # one case in two with one-hot drafts: a random request's first draft at an exact tie of
+    # the acceptance test (RejectionCase.ties)
+    tied = [r for r, (_, drafts, temperature, *_) in enumerate(requests) if temperature != 0.0 and drafts
+            and drafts[0] >= 0]
+    tie = vocab > 1 and tied and not draft_logits and draw(st.booleans())
+    ties = (draw(st.sampled_from(tied)),) if tie else ()
     return RejectionCase(vocab, steps, max_num_reqs, tuple(requests), draft_logits, draw(st.integers(0, 2**32 - 1)),
-                         draw(st.sampled_from((0.0, 0.0, 0.2))), tuple(edits), tuple(draft_edits))
+                         draw(st.sampled_from((0.0, 0.0, 0.2))), tuple(edits), tuple(draft_edits), ties)
 
 
 @st.composite

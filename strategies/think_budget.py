@@ -39,12 +39,14 @@ MAX_NUM_SEQS = (1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 256, 1024)  # one in six far above
 # A resumed (preempted) request joins with the output it has so far: an output past the first
 # buffers a fast path sizes (32, 64, 256 tokens), mostly ids that are no marker.
 LONG_OUTPUT_EDGES = (33, 65, 257, 320)
+# Situations a run builds first, each in one run of two (`ThinkBudgetMachine.build`).
+BUILT = ("deep resumed output", "over budget inside the drafts", "long marker one id a step")
 
 
 @st.composite
 def think_configs(draw, spec: bool) -> dict:
     start, end = draw(st.one_of(
-        st.sampled_from(MARKER_SHAPES + LONG_MARKER_SHAPES),
+        st.sampled_from(MARKER_SHAPES + LONG_MARKER_SHAPES), st.sampled_from(LONG_MARKER_SHAPES),
         st.tuples(st.lists(st.integers(0, 9), max_size=MAX_MARKER).map(tuple),
                   st.lists(st.integers(0, 9), max_size=MAX_MARKER).map(tuple)),
     ))
@@ -55,7 +57,7 @@ def think_configs(draw, spec: bool) -> dict:
     vocab, max_num_seqs = draw(st.sampled_from((10, 12, 33))), draw(st.sampled_from(MAX_NUM_SEQS))
     if max_num_seqs > 5:
         note("max_num_seqs far above the batch")
-    if draw(st.integers(0, 7)) == 7:  # the last value: shrinking leaves the small vocabularies
+    if draw(st.integers(0, 4)) == 4:  # the last value: shrinking leaves the small vocabularies
         # A real vocabulary, markers among its last ids (where tokenizers add them), two rows,
         # a short run (REAL_VOCAB_OPS).
         vocab = draw(st.sampled_from(REAL_VOCABS))
@@ -93,13 +95,19 @@ def token_runs(config: dict, max_size: int = 12, ids: st.SearchStrategy[int] | N
     return st.tuples(base, *cuts).map(lambda parts: _splice(parts, markers))
 
 
-def long_outputs(config: dict, ids: st.SearchStrategy[int]) -> st.SearchStrategy[tuple[int, ...]]:
-    """A resumed request deep in its think block: the start marker, 33 to 320 ids that are no
-    marker (derived from a drawn seed: hundreds of single draws would crowd out the rest of the
-    example), then a few drawn ids (markers spliced in as anywhere)."""
+def plain_ids(config: dict) -> list[int]:
+    """Ids below 64 that are part of no marker."""
     markers = set(config["start_ids"]) | set(config["end_ids"])
-    plain = [t for t in range(min(config["vocab_size"], 64)) if t not in markers] or [0]
-    lengths = st.one_of(st.sampled_from(LONG_OUTPUT_EDGES), st.integers(LONG_OUTPUT_EDGES[0], LONG_OUTPUT_EDGES[-1]))
+    return [t for t in range(min(config["vocab_size"], 64)) if t not in markers] or [0]
+
+
+def long_outputs(config: dict, ids: st.SearchStrategy[int], lengths=None) -> st.SearchStrategy[tuple[int, ...]]:
+    """A resumed request deep in its think block: the start marker, 33 to 320 ids (or `lengths`)
+    that are no marker (derived from a drawn seed: hundreds of single draws would crowd out the
+    rest of the example), then a few drawn ids (markers spliced in as anywhere)."""
+    plain = plain_ids(config)
+    if lengths is None:
+        lengths = st.one_of(st.sampled_from(LONG_OUTPUT_EDGES), st.integers(LONG_OUTPUT_EDGES[0], LONG_OUTPUT_EDGES[-1]))
 
     def build(parts: tuple) -> tuple[int, ...]:
         length, seed, tail = parts
@@ -171,6 +179,15 @@ class ThinkDraws:
         self.outputs = token_runs(config, 8, self.tokens).map(tuple)
         # one added output in eight is a resumed request's long one
         long = long_outputs(config, self.tokens)
+        self.deep_outputs = long_outputs(config, self.tokens, st.integers(*LONG_OUTPUT_EDGES[-2:]))
+        plain = plain_ids(config)
+        self.plain_runs = st.lists(st.sampled_from(plain), max_size=8)
+        self.plain_drafts = st.lists(st.sampled_from(plain), min_size=k, max_size=k).map(tuple)
+        self.tracked_budgets = budgets(version).filter(lambda b: b is not None)
+        # what a run builds first (`ThinkBudgetMachine.build`): each situation in one run of two,
+        # drawn on its own (one draw picking among them tends to settle on one for a whole seed)
+        self.built = st.tuples(*[st.booleans()] * len(BUILT)).map(
+            lambda chosen: tuple(what for what, yes in zip(BUILT, chosen) if yes))
         self.added_outputs = st.integers(0, 7).flatmap(lambda n: long if n == 7 else self.outputs)
         # a batch hint far above the batch: more rows join at the start
         self.more_requests = st.integers(0, 8) if config["max_num_seqs"] > 5 else st.just(0)

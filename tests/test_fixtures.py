@@ -68,3 +68,18 @@ def test_a_fixture_that_is_not_a_case_is_named_with_its_problem(tmp_path):
         with pytest.raises(fixtures.FixtureError) as raised:
             fixtures.load(folder, "penalties", PenaltiesProgram)
         assert str(raised.value).startswith(f"fixture {path}: ") and problem in str(raised.value), raised.value
+
+
+def test_a_field_at_its_default_is_left_out_where_marked(tmp_path):
+    """A field added to a case type later leaves the fixtures written before it unchanged (their
+    JSON, so their names); set, it is written and read back."""
+    from vllm_hotpaths.testing.cases.rejection_mrv2 import RejectionCase
+
+    plain = RejectionCase(3, 1, 1, ((0, (1,), 1.0, 7, 0, 0),), False, 5, 0.0)
+    assert "ties" not in fixtures.to_jsonable(plain) and "edits" in fixtures.to_jsonable(plain)
+    tied = RejectionCase(3, 1, 1, ((0, (1,), 1.0, 7, 0, 0),), False, 5, 0.0, ties=(0,))
+    assert fixtures.to_jsonable(tied)["ties"] == [0]
+    for case in (plain, tied):
+        path = fixtures.save(tmp_path, "rejection_mrv2", case, source="test")
+        assert [loaded for p, loaded in fixtures.load(tmp_path, "rejection_mrv2", RejectionCase) if p == path] == [case]
+    assert fixtures.path_for(tmp_path, "rejection_mrv2", plain) != fixtures.path_for(tmp_path, "rejection_mrv2", tied)

@@ -56,6 +56,13 @@ def _planted(name: str, edits: list[tuple[str, str]]):
 GreaterOrEqual = _planted("GreaterOrEqual", [
     ("accepted = (t_lp > tl.log(u) + d_lp) & valid", "accepted = (t_lp >= tl.log(u) + d_lp) & valid")])
 
+# `>=` for `>` only where both sides are finite: an exact tie (log p = log u + log q) is accepted,
+# a draft both models rule out still is not. Only the fp32 acceptance uniform of 0.25 on meets a
+# fp32 log probability exactly (`SINCE`).
+GreaterOrEqualWhereFinite = _planted("GreaterOrEqualWhereFinite", [
+    ("accepted = (t_lp > tl.log(u) + d_lp) & valid",
+     "accepted = ((t_lp > tl.log(u) + d_lp) | ((t_lp == tl.log(u) + d_lp) & (t_lp > float(\"-inf\")))) & valid")])
+
 # Verification goes on past a rejection, and the token is resampled at the last rejected row.
 ResampleAtLastRejected = _planted("ResampleAtLastRejected", [
     ("            going = accepted\n            accepted_count += accepted\n",
@@ -79,7 +86,10 @@ NoiseAtNextPosition = _planted("NoiseAtNextPosition", [
 # name -> the devices it shows on (law conformance, the installed vLLM's reference)
 MUTANTS = {
     "GreaterOrEqual": "cpu cuda",
+    "GreaterOrEqualWhereFinite": "cpu cuda",
     "ResampleAtLastRejected": "cpu cuda",
     "TiesToHigherLane": "cpu cuda",
     "NoiseAtNextPosition": "cpu cuda",
 }
+# the first release whose reference can show a planted bug (older ones are skipped)
+SINCE = {"GreaterOrEqualWhereFinite": "0.25.0"}

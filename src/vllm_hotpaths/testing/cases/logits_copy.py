@@ -276,7 +276,8 @@ class LogitsCopyChecks(Checks):
     case_type = LogitsProgram
     boundaries = ("a step no request needs processing (copy skipped)", "a step some request needs processing",
                   "one request with several rows", "several requests with several rows",
-                  "a request list of 128 or more entries", "reasoning markers partly known (budgets not enforced)")
+                  "a request list of 128 or more entries", "reasoning markers partly known (budgets not enforced)",
+                  "only requests whose rows lie past the first one per request need processing")
     error_type = BadInputCase
     triton = True
 
@@ -299,9 +300,12 @@ class LogitsCopyChecks(Checks):
             elif op[0] == "remove":
                 del params[op[1]]
             elif op[0] == "step":
-                needed = any(needs_processing(params[slot], case.vocab_size, forces) for slot, _ in op[1])
-                note("a step some request needs processing" if needed
+                needs = [needs_processing(params[slot], case.vocab_size, forces) for slot, _ in op[1]]
+                note("a step some request needs processing" if any(needs)
                      else "a step no request needs processing (copy skipped)")
+                first_rows = [sum(1 + len(drafts) for _, drafts in op[1][:k]) for k in range(len(op[1]))]
+                if any(needs) and not any(need for need, row in zip(needs, first_rows) if row < len(op[1])):
+                    note("only requests whose rows lie past the first one per request need processing")
         for _ in run(case, [], "cpu"):  # the program's own labels; no sampler runs
             pass
 

@@ -437,7 +437,8 @@ class RecoveredTokensChecks(Checks):
     boundaries = ("edit tie", "edit near", "edit flip", "near-tie position", "NaN score position",
                   "all-zero residual position", "ragged draft counts", "CPU vocabulary over several upstream tiles",
                   "draft id -1 with draft probabilities", "the draft lane wins (draft probabilities)",
-                  "exact tie across upstream tiles")
+                  "exact tie across upstream tiles", "a whole NaN row, the vocabulary not a multiple of the block",
+                  "CPU winning id past 32,767")
     error_type = CorruptedRecovery
     # committed cases replay in the patch law too, with no seeded request and global seed 0
     converted = ((SeededRecovery, RecoveryCase, SeededRecovery.of),)

@@ -11,7 +11,11 @@ A `RejectionCase` is plain data (its repr is valid Python, its JSON is a fixture
   logits_seed, share: target (and draft) logits normal with scale 4 from the seed, a `share` of
       lanes then special values;
   edits, draft_edits: ((row, lane, value), ...) written last (rows and lanes taken modulo the
-      shape; draft rows are slot * steps + step): specials, engineered near-ties.
+      shape; draft rows are slot * steps + step): specials, engineered near-ties;
+  ties: requests whose first draft's target row is rewritten after the edits (one-hot drafts):
+      the draft's lane and one other at `tie_logits(u)`, the rest -inf, so that its log
+      probability equals log u of the acceptance test, bit for bit as the interpreted kernels
+      compute them from 0.25 (a fp32 uniform); on CUDA, whose `log` is approximate, a near-tie.
 
 `RejectionChecks` is what the generic laws run: conformance bit for bit on the sampled ids and
 counts (on CPU, libdevice log1p in the interpreter is `vllm_hotpaths.libdevice_cpu`), and, through `V1OnRejection`, the
@@ -22,12 +26,14 @@ uniforms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from vllm_hotpaths.testing.cases import note, seeded_logits
+from vllm_hotpaths.testing.fixtures import OMITTED_AT_DEFAULT
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 
 SPECIAL_LOGITS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 3.4e38, -3.4e38, 1.0, -1.0)
@@ -45,6 +51,7 @@ class RejectionCase:
     share: float
     edits: tuple[tuple, ...] = ()
     draft_edits: tuple[tuple, ...] = ()
+    ties: tuple[int, ...] = field(default=(), metadata={OMITTED_AT_DEFAULT: True})
 
     def implementations(self, *factories, device):
         return [f(device) for f in factories]
@@ -79,6 +86,12 @@ class RejectionCase:
                     draft[slot * steps + j, token] = DRAFT_BOOST
         _edit(target, self.edits)
         _edit(draft, self.draft_edits)
+        for r in self.ties:
+            slot, drafts, _, request_seed, first_pos, _ = self.requests[r]
+            if vocab > 1 and drafts and drafts[0] >= 0 and not self.draft_logits:
+                u = _acceptance_uniform(request_seed, first_pos)
+                target[cu[r]] = -np.inf
+                target[cu[r], drafts[0]], target[cu[r], (drafts[0] + 1) % vocab] = tie_logits(u)
         temperature = np.zeros(self.max_num_reqs, dtype=np.float32)
         seed = np.zeros(self.max_num_reqs, dtype=np.int64)
         for slot, _, temp, request_seed, _, _ in self.requests:
@@ -90,6 +103,55 @@ class RejectionCase:
                 on(pos, torch.int64), on([r[0] for r in self.requests], torch.int32), on(rows, torch.int32),
                 on(places, torch.int32), torch.from_numpy(temperature).to(device), torch.from_numpy(seed).to(device),
                 steps)
+
+
+def _acceptance_uniform(seed: int, pos: int) -> np.float32:
+    """The fp32 acceptance uniform (0.25 on) of one row, drawn by the reference's kernel where
+    this process runs Triton (interpreted on CPU tensors, else compiled on the GPU: the same
+    integer-hashed value)."""
+    from vllm_hotpaths.rejection_mrv2.reference import RejectionSampler025, uniforms
+
+    compiled = os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+    on = lambda value: torch.tensor([value], dtype=torch.int64, device="cuda" if compiled else "cpu")  # noqa: E731
+    return np.float32(uniforms(on(seed), on(pos), 1, RejectionSampler025)[0].item())
+
+
+# The other lane's logit: each gives the draft's log probability other fp32 steps, so one of them
+# usually meets log(u) exactly.
+TIE_PARTNERS = (0.0, 1.0, 0.5, -1.0, 3.0, 0.25, -5.0, 7.0)
+
+
+def tie_log_prob(a: np.float32, c: np.float32) -> np.float32:
+    """The kernels' log probability (fp32, as NumPy computes it in the interpreter) of a lane at
+    logit `a` in a row whose only other finite lane is at `c`."""
+    top = max(a, c)
+    with np.errstate(over="ignore"):
+        total = np.exp(a - top) + np.exp(c - top)
+        return a - (top + np.log(total * np.exp(top - top)))
+
+
+def tie_logits(u: np.float32) -> tuple[np.float32, np.float32]:
+    """Logits (the draft's lane, the other lane) whose `tie_log_prob` equals log(u) (u floored
+    at 4.66e-10 first, as the kernels do): for each partner in turn, bisection, then the
+    neighbours; the closest found where none is exact."""
+    f = np.float32
+    target = np.log(max(f(u), f(4.6566127342e-10)))
+    best = None
+    for c in map(f, TIE_PARTNERS):
+        lo, hi = c - f(64), c + f(64)  # tie_log_prob(lo) < target <= tie_log_prob(hi) = 0
+        while np.nextafter(lo, hi) != hi:
+            mid = f((np.float64(lo) + np.float64(hi)) / 2)
+            if mid in (lo, hi):
+                break
+            lo, hi = (mid, hi) if tie_log_prob(mid, c) < target else (lo, mid)
+        candidates = [hi, *(np.nextafter(hi, hi + f(step)) for step in (-1, 1))]
+        for a in candidates:
+            gap = abs(np.float64(tie_log_prob(a, c)) - np.float64(target))
+            if best is None or gap < best[0]:
+                best = (gap, a, c)
+        if best[0] == 0:
+            break
+    return best[1], best[2]
 
 
 def _edit(values: np.ndarray, edits) -> None:
@@ -198,7 +260,8 @@ class RejectionChecks(Checks):
     case_type = RejectionCase
     boundaries = ("greedy request with drafts", "random request with drafts", "draft logits", "a -1 draft",
                   "near-ties", "a rejected draft followed by drafts that would be accepted (random)",
-                  "a first draft both models rule out (log p = log q = -inf), tested")
+                  "a first draft both models rule out (log p = log q = -inf), tested",
+                  "a first draft at an exact tie (log p = log u, finite), tested")
     triton = True
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "runner-change": ("cpu", "cuda")}
 
@@ -223,6 +286,13 @@ class RejectionChecks(Checks):
                     and target[start, drafts[0]] == -math.inf and draft[slot, 0, drafts[0]] == -math.inf \
                     and all(_finite_lse(row) for row in (target[start], draft[slot, 0])):
                 note("a first draft both models rule out (log p = log q = -inf), tested")
+        for r in case.ties:
+            start, (slot, drafts, _, seed, first_pos, _) = _starts(case)[r], case.requests[r]
+            row, other = target[start].numpy(), (drafts[0] + 1) % case.vocab_size
+            if np.isfinite(row).sum() == 2 and np.isfinite(row[[drafts[0], other]]).all():
+                u = max(_acceptance_uniform(seed, first_pos), np.float32(4.6566127342e-10))
+                if tie_log_prob(row[drafts[0]], row[other]) == np.log(u):
+                    note("a first draft at an exact tie (log p = log u, finite), tested")
 
     def agree(self, case: RejectionCase, expected: Side, actual: Side, device, log: CaseLog) -> None:
         assert_same_samples(case, expected, actual, device)

@@ -479,6 +479,10 @@ def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> tuple[int, i
                     for r in rows}
             raise AssertionError(f"{where}: state differs (field: (expected, got)): "
                                  f"{ {r: d for r, d in diff.items() if d} }")
+        if call.method == "update_state" and any(
+                s["in_end"] and s["force_index"] and s["force_index"][0] < len(s.get("spec_token_ids") or ())
+                for s in want_states.values()):
+            note("a bonus pass with the forced position inside the drafts")
         forced = [state["force_index"] for state in want_states.values() if state["in_end"]]
         forcing += len(forced)
         past_first_draft += sum(1 for f in forced if f and f[0] > 0)
@@ -528,9 +532,44 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
             self.run = ThinkRun(program, version, device)
             self.expected = make_expected(program.config)
             self.actual = make_actual(program.config)
+            for what in data.draw(self.draws.built, label="built on purpose"):
+                self.build(data, what)
             requests += data.draw(self.draws.more_requests, label="more requests")
             for _ in range(requests):  # (Hypothesis' swarm testing may switch the `add` rule off)
                 self.add(data, data.draw(BOOLEANS, label="tracked"))
+
+        def build(self, data, what: str) -> None:
+            """A rare situation built first, in every run that draws it: the rules' own mix
+            varies too much from seed to seed (swarm testing switches rules off) to reach it
+            reliably. A tracked request first (the batch may hold one row), then its steps."""
+            d, start, end = self.draws, list(self.header["start_ids"]), list(self.header["end_ids"])
+            k = self.header["num_spec_tokens"]
+            tracked = data.draw(BOOLEANS, label="tracked")
+            if what == "deep resumed output":  # a start marker more than 256 ids back
+                self.do("add", data.draw(d.prompts, label="prompt"), data.draw(d.deep_outputs, label="output"),
+                        data.draw(d.tracked_budgets, label="budget"), tracked)
+                note("a resumed output, its start marker more than 256 ids back")
+            elif what == "over budget inside the drafts" and k:
+                # thinking from the prompt, a budget below the drafts: the end marker is forced at
+                # a draft position, which the bonus pass must leave to the target pass
+                thought = data.draw(d.plain_runs, label="thought")
+                budget = data.draw(st.integers(0, k - 1), label="budget")
+                self.do("add", [*start, *thought], [], budget, tracked)
+                self.do("drafts", (data.draw(d.plain_drafts, label="drafts"),))
+                note("over budget inside the drafts (built)")
+            elif what == "long marker one id a step" and max(len(start), len(end)) > 1:
+                # the longest marker written one id a step, each step searched
+                marker = max((start, end), key=len)
+                prompt = [*start] if marker is end else []
+                self.do("add", prompt, [], data.draw(d.tracked_budgets, label="budget"), tracked)
+                self._decode(data, len(marker) + 1, False, tuple(marker))
+                note("a marker of several ids written one id a step (built)")
+                if len(marker) > 3:
+                    note("a marker of four ids or more written one id a step")
+                return
+            else:
+                return
+            self._step(data)
 
         def do(self, *op) -> None:
             if self.draws.max_ops is not None and len(self.ops) >= self.draws.max_ops:
@@ -652,8 +691,11 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
             """The engine's loop: drafts, the sampler step, then the tokens it produced (async:
             placeholders first, repaired before or after the step). A model that ends or starts
             thinking by itself emits the marker one id a round, each searched before the next."""
+            self._decode(data, rounds, asynchronous, data.draw(self.draws.emitted_marker,
+                                                               label="marker emitted one id a round"))
+
+        def _decode(self, data, rounds: int, asynchronous: bool, emitted: tuple) -> None:
             k, d = self.header["num_spec_tokens"], self.draws
-            emitted = data.draw(d.emitted_marker, label="marker emitted one id a round")
             if len(emitted) > 1 and rounds > len(emitted):
                 note("a multi-id marker emitted one id a step")
             for i in range(rounds):
@@ -772,7 +814,10 @@ class ThinkBudgetChecks(Checks):
                   "update: moves whose order matters (two sharing one row)",
                   "update: chained moves touch a row added in it",
                   "repeat_indices: a request with more than one row", "a multi-id marker emitted one id a step",
-                  "prompt: in think")
+                  "prompt: in think", "a bonus pass with the forced position inside the drafts",
+                  "a resumed output, its start marker more than 256 ids back",
+                  "a marker of four ids or more written one id a step",
+                  "real vocabulary (>= 32,768), markers at its end")
 
     def reach_machines(self, counted, profile) -> None:
         """The newest reference on both sides, in each spec mode."""
