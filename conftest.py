@@ -140,11 +140,14 @@ def honour_seed(config) -> None:
 
 def skip_shrinking(config) -> None:
     """`--no-shrink`: the same profile without Hypothesis' shrink phase. Which examples are drawn,
-    and so which bugs are found, does not change; only the time spent minimising a failure."""
+    and so which bugs are found, does not change; only the time spent minimising a failure. The
+    first failure is raised alone: unshrunk, two failures of one bug (a wrong id out of the
+    vocabulary, then the comparison) would otherwise come as a group of "distinct" ones."""
     if config.getoption("no_shrink"):
         name = settings.get_current_profile_name()
         phases = [phase for phase in settings.default.phases if phase is not Phase.shrink]
-        settings.register_profile(f"{name}-unshrunk", parent=settings.get_profile(name), phases=phases)
+        settings.register_profile(f"{name}-unshrunk", parent=settings.get_profile(name), phases=phases,
+                                  report_multiple_bugs=False)
         settings.load_profile(f"{name}-unshrunk")
 
 

@@ -95,7 +95,7 @@ def token_runs(config: dict, max_size: int = 12, ids: st.SearchStrategy[int] | N
     return st.tuples(base, *cuts).map(lambda parts: _splice(parts, markers))
 
 
-def plain_ids(config: dict) -> list[int]:
+def _plain_ids(config: dict) -> list[int]:
     """Ids below 64 that are part of no marker."""
     markers = set(config["start_ids"]) | set(config["end_ids"])
     return [t for t in range(min(config["vocab_size"], 64)) if t not in markers] or [0]
@@ -105,7 +105,7 @@ def long_outputs(config: dict, ids: st.SearchStrategy[int], lengths=None) -> st.
     """A resumed request deep in its think block: the start marker, 33 to 320 ids (or `lengths`)
     that are no marker (derived from a drawn seed: hundreds of single draws would crowd out the
     rest of the example), then a few drawn ids (markers spliced in as anywhere)."""
-    plain = plain_ids(config)
+    plain = _plain_ids(config)
     if lengths is None:
         lengths = st.one_of(st.sampled_from(LONG_OUTPUT_EDGES), st.integers(LONG_OUTPUT_EDGES[0], LONG_OUTPUT_EDGES[-1]))
 
@@ -180,7 +180,7 @@ class ThinkDraws:
         # one added output in eight is a resumed request's long one
         long = long_outputs(config, self.tokens)
         self.deep_outputs = long_outputs(config, self.tokens, st.integers(*LONG_OUTPUT_EDGES[-2:]))
-        plain = plain_ids(config)
+        plain = _plain_ids(config)
         self.plain_runs = st.lists(st.sampled_from(plain), max_size=8)
         self.plain_drafts = st.lists(st.sampled_from(plain), min_size=k, max_size=k).map(tuple)
         self.tracked_budgets = budgets(version).filter(lambda b: b is not None)

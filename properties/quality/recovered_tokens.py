@@ -233,4 +233,7 @@ MUTANTS = {
 # Caught by `ci`'s derandomized draw before the 0.17.0 reference took its key, and no longer by the
 # draw that key seeds (the law's draws are keyed by the candidate's label): the `quality` profile's
 # 600 examples catch them, generation only.
-NEED_MORE_EXAMPLES = {"PaddingCompetes", "ResidualNotClamped", "SliceIdsIn16Bits", "ZeroResidualSkipsNoise"}
+# LaterTileWinsTiesReference (8 of 10 fresh seeds) left the `ci` draw when the cases gained their
+# built last edits.
+NEED_MORE_EXAMPLES = {"PaddingCompetes", "ResidualNotClamped", "SliceIdsIn16Bits", "ZeroResidualSkipsNoise",
+                      "LaterTileWinsTiesReference"}
