@@ -182,7 +182,8 @@ class Inputs:
     def residual(self) -> np.ndarray:
         """What the kernels rank (IEEE, NaN kept): max(target - draft, 0) or the masked target."""
         if self.draft is not None:
-            diff = self.target - self.draft
+            with np.errstate(invalid="ignore"):  # inf - inf: NaN, kept
+                diff = self.target - self.draft
             return np.where(np.isnan(diff), diff, np.maximum(diff, np.float32(0)))
         residual = self.target.copy()
         rows = np.flatnonzero((self.draft_ids >= 0) & (self.draft_ids < self.target.shape[1]))
