@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from vllm_hotpaths.rejection_mrv2.reference import RejectionSampler031
-from vllm_hotpaths.testing.cases.rejection_mrv2 import RejectionCase, tie_log_prob, tie_logits
+from vllm_hotpaths.testing.cases.rejection_mrv2 import ACCEPT_FLOOR, RejectionCase, tie_log_prob, tie_logits
 
 
 def test_tie_logits_meet_log_u_exactly_for_most_uniforms():
     uniforms = np.random.default_rng(0).random(500).astype(np.float32)
-    exact = sum(tie_log_prob(*tie_logits(u)) == np.log(max(u, np.float32(4.6566127342e-10))) for u in uniforms)
+    exact = sum(tie_log_prob(*tie_logits(u)) == np.log(max(u, ACCEPT_FLOOR)) for u in uniforms)
     assert exact >= 350, f"{exact} of 500 uniforms got an exact tie"
 
 

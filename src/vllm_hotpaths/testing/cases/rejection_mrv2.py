@@ -116,6 +116,8 @@ def _acceptance_uniform(seed: int, pos: int) -> np.float32:
     return np.float32(uniforms(on(seed), on(pos), 1, RejectionSampler025)[0].item())
 
 
+# The kernels' floor of the fp32 acceptance uniform (0.25 on).
+ACCEPT_FLOOR = np.float32(4.6566127342e-10)
 # The other lane's logit: each gives the draft's log probability other fp32 steps, so one of them
 # usually meets log(u) exactly.
 TIE_PARTNERS = (0.0, 1.0, 0.5, -1.0, 3.0, 0.25, -5.0, 7.0)
@@ -135,7 +137,7 @@ def tie_logits(u: np.float32) -> tuple[np.float32, np.float32]:
     at 4.66e-10 first, as the kernels do): for each partner in turn, bisection, then the
     neighbours; the closest found where none is exact."""
     f = np.float32
-    target = np.log(max(f(u), f(4.6566127342e-10)))
+    target = np.log(max(f(u), ACCEPT_FLOOR))
     best = None
     for c in map(f, TIE_PARTNERS):
         lo, hi = c - f(64), c + f(64)  # tie_log_prob(lo) < target <= tie_log_prob(hi) = 0
@@ -290,7 +292,7 @@ class RejectionChecks(Checks):
             start, (slot, drafts, _, seed, first_pos, _) = _starts(case)[r], case.requests[r]
             row, other = target[start].numpy(), (drafts[0] + 1) % case.vocab_size
             if np.isfinite(row).sum() == 2 and np.isfinite(row[[drafts[0], other]]).all():
-                u = max(_acceptance_uniform(seed, first_pos), np.float32(4.6566127342e-10))
+                u = _acceptance_uniform(seed, first_pos)  # floored by the kernel
                 if tie_log_prob(row[drafts[0]], row[other]) == np.log(u):
                     note("a first draft at an exact tie (log p = log u, finite), tested")
 
