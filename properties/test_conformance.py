@@ -15,5 +15,5 @@ def test_reference_matches_installed_vllm(hotpath, checks, vllm_version, device,
     case_log.reference_version = version
     reference = Side(f"reference {version}", hotpath.reference(vllm_version), version)
     live = Side(f"vLLM {vllm_version}", hotpath.live_factory(), vllm_version)
-    checks.check(reference, live, device, case_log, ledger.conformance_judge(hotpath.name, vllm_version, case_log),
-                 key=f"conformance:{vllm_version}:{device}")
+    judge = ledger.conformance_judge(hotpath.name, vllm_version, case_log, device)
+    checks.check(reference, live, device, case_log, judge, key=f"conformance:{vllm_version}:{device}")

@@ -102,28 +102,38 @@ def _knobs(vocab: int) -> dict:
     }
 
 
+SEEDS = st.integers(0, 2 ** 31 - 1)
+
+
 @st.composite
-def request_params(draw, vocab: int) -> tuple:
+def request_params(draw, vocab: int, neutral_only: tuple[str, ...] = (), seeds=SEEDS) -> tuple:
     """((name, value), ...): plain sampling or greedy, some knobs set to neutral values (V + 1,
-    -0.0, empty lists, ...), and often none or one knob off its neutral value, at a boundary."""
+    -0.0, empty lists, ...), and often none or one knob off its neutral value, at a boundary
+    (never the knobs named in `neutral_only`)."""
     knobs = _knobs(vocab)
     pairs = {"temperature": draw(st.sampled_from((1.0, 0.0)))}
     for name in draw(st.lists(st.sampled_from(sorted(knobs)), max_size=3, unique=True)):
         pairs.update(draw(knobs[name][0]))
-    for name in draw(st.lists(st.sampled_from(sorted(knobs)), max_size=2, unique=True)):
+    for name in draw(st.lists(st.sampled_from(sorted(set(knobs) - set(neutral_only))), max_size=2, unique=True)):
         pairs.update(draw(knobs[name][1]))
-    pairs["seed"] = draw(st.integers(0, 2 ** 31 - 1))
+    pairs["seed"] = draw(seeds)
     return tuple(pairs.items())
 
 
+SMALL_VOCABS = (1, 2, 5, 8, 9, 17, 24)
+
+
 @st.composite
-def logits_programs(draw, max_vocab: int = 24) -> LogitsProgram:
+def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: tuple[str, ...] = (),
+                    seeds=SEEDS) -> LogitsProgram:
+    """`vocabs`: the vocabulary sizes of most programs (one in 50 takes a real one);
+    `neutral_only`, `seeds`: as `request_params`."""
     real = draw(st.integers(0, 49)) == 49  # the last value: shrinking leaves the small vocabularies
     if real:
         vocab = draw(st.sampled_from(REAL_VOCABS))
         note("real vocabulary (>= 32,768)")
     else:
-        vocab = draw(st.sampled_from((1, 2, 5, 8, 9, 17, max_vocab)))
+        vocab = draw(st.sampled_from(vocabs))
     slots = draw(st.integers(1, 1 if real else 4))
     ids = _token_ids(vocab)
     tokens = st.lists(ids, max_size=6).map(tuple)
@@ -136,7 +146,7 @@ def logits_programs(draw, max_vocab: int = 24) -> LogitsProgram:
         if kind == "add":
             slot = draw(st.sampled_from(free))
             prompt = draw(st.lists(ids, min_size=1, max_size=6).map(tuple))
-            ops.append(("add", slot, prompt, draw(tokens), draw(request_params(vocab))))
+            ops.append(("add", slot, prompt, draw(tokens), draw(request_params(vocab, neutral_only, seeds))))
             live.add(slot)
         elif kind == "remove":
             slot = draw(st.sampled_from(sorted(live)))

@@ -4,52 +4,23 @@ There is no fast path to plant a bug in, so each is checked in place of the froz
 the installed vLLM (`reference_version()`, e.g. 0.31.0 under vLLM 0.33):
 `pytest properties/test_conformance.py -k "rejection_mrv2 and cpu"
 --reference rejection_mrv2@VERSION=properties.quality.rejection_mrv2:NAME`. `tests/test_quality.py`
-runs each on the CPU (kernels interpreted) under the installed vLLM.
-
-A planted bug is the reference's own source with one edit (a Triton kernel cannot be patched from
-outside): the edited module is written once to a temporary file, named by its content, and
-imported from there, so Triton can read its kernels' source.
+runs each on the CPU (kernels interpreted) under the installed vLLM. Each is the reference's own
+source with one edit (`planted`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import inspect
-import sys
-import tempfile
-from pathlib import Path
+from functools import partial
 
-from vllm_hotpaths import registry, vllm_env
+from properties.quality import planted
 from vllm_hotpaths.rejection_mrv2 import reference
 
 
 def reference_version() -> str:
-    """The key of the reference the installed vLLM is checked against (the newest without vLLM)."""
-    spec, installed = registry.get("rejection_mrv2"), vllm_env.installed_version()
-    return spec.reference_version_for(installed if installed and spec.exists_in(installed) else None)
+    return planted.reference_version("rejection_mrv2")
 
 
-def _planted(name: str, edits: list[tuple[str, str]]):
-    """The reference class of the installed vLLM (`reference_version()`), from `reference`'s source
-    with each (old, new) edit made once."""
-    source = inspect.getsource(reference)
-    for old, new in edits:
-        if source.count(old) != 1:
-            raise AssertionError(f"planted bug {name}: {old!r} occurs {source.count(old)} times in the reference")
-        source = source.replace(old, new)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    module_name = f"vllm_hotpaths_planted_rejection_{name}_{digest}"
-    path = Path(tempfile.gettempdir()) / f"{module_name}.py"
-    if not path.exists():
-        staged = path.with_suffix(f".{id(source)}.tmp")
-        staged.write_text(source)
-        staged.replace(path)  # atomic: parallel workers may write the same file
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, registry.get("rejection_mrv2").references[reference_version()].rpartition(":")[2])
+_planted = partial(planted.planted, "rejection_mrv2", reference)
 
 
 # `>=` for `>`: a draft both models give probability 0 (-inf = -inf) is accepted.

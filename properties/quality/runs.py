@@ -83,7 +83,7 @@ def _fixture(module, mutant: str) -> str | None:
 
 def planted_runs() -> list[PlantedRun]:
     from properties.quality import (logits_copy, penalties, penalties_mrv2, recovered_tokens, rejection_mrv2,
-                                    swap_states, think_budget, think_budget_mrv2)
+                                    sampler_mrv2, swap_states, think_budget, think_budget_mrv2)
 
     runs = [PlantedRun("penalties", m, f"properties/test_{law}.py", "penalties and cpu", "--impl",
                        f"penalties=properties.quality.penalties:{m}", _profile(penalties, m),
@@ -109,7 +109,8 @@ def planted_runs() -> list[PlantedRun]:
     for hotpath, module, version, since in (
             ("penalties_mrv2", penalties_mrv2, "0.16.0", None),
             ("think_budget_mrv2", think_budget_mrv2, "0.28.0", "0.28.0"),
-            ("rejection_mrv2", rejection_mrv2, None, None)):
+            ("rejection_mrv2", rejection_mrv2, None, None),
+            ("sampler_mrv2", sampler_mrv2, None, "0.22.0")):
         for m, devices in module.MUTANTS.items():
             if "cpu" in devices.split():
                 at = version or module.reference_version()

@@ -311,6 +311,22 @@ REJECTION_MRV2_CONTRACT = Contract(
     ),
 )
 
+SAMPLER_MRV2_CONTRACT = Contract(
+    methods=("add_request", "remove_request", "append_output", "sample"),
+    doc=(
+        "factory(vocab_size: int, max_num_reqs: int, device, reasoning=None) -> object with\n"
+        "  add_request / remove_request / append_output   as logits_copy's (the request table)\n"
+        "  sample(logits, rows, local_pos, input_ids, pos, processed=True) -> (ids, processed)\n"
+        "      vLLM's Model Runner V2 Sampler.sample for one step: int64 [num_rows] ids (greedy:\n"
+        "      the argmax; else Gumbel-max with the release's noise of (seed, position, id);\n"
+        "      lowest id on ties), bit for bit; processed: the processed logits, equal to the\n"
+        "      reference's after upcasting to fp32 (None where `processed` is False); never writes\n"
+        "      the caller's logits; raises sampler_mrv2.NotStated for a batch with top-k / top-p\n"
+        "      and InvalidSamplingInput (a ValueError) as logits_copy does, and for a seed of -1\n"
+        "      or outside int64."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -458,6 +474,26 @@ HOTPATHS: dict[str, HotPath] = {
         since="0.21.0",  # the first release whose default path is this rejection
         before_since=REJECTION_MRV2_BEFORE,
         v1_counterpart="recovered_tokens",
+    ),
+    # Model Runner V2's sampling pass: apply_sampling_params then gumbel_sample, one token a row
+    # (no top-k / top-p); its references pair logits_copy's processing with each release's noise.
+    "sampler_mrv2": HotPath(
+        name="sampler_mrv2",
+        upstream="vllm.v1.worker.gpu.sample.sampler.Sampler.sample",
+        contract=SAMPLER_MRV2_CONTRACT,
+        references={"0.22.0": "vllm_hotpaths.sampler_mrv2.reference:SamplerPass022",
+                    "0.24.0": "vllm_hotpaths.sampler_mrv2.reference:SamplerPass024",
+                    "0.26.0": "vllm_hotpaths.sampler_mrv2.reference:SamplerPass026",
+                    "0.27.0": "vllm_hotpaths.sampler_mrv2.reference:SamplerPass027",
+                    "0.28.0": "vllm_hotpaths.sampler_mrv2.reference:SamplerPass028",
+                    "0.31.0": "vllm_hotpaths.sampler_mrv2.reference:SamplerPass031"},
+        fast={},
+        live="vllm_hotpaths.testing.live.sampler_mrv2:live_sampling_pass",
+        triton=True,
+        checks="vllm_hotpaths.testing.cases.sampler_mrv2:SamplingPassChecks",
+        runner="mrv2",
+        since="0.22.0",
+        before_since=LOGITS_COPY_BEFORE,
     ),
 }
 

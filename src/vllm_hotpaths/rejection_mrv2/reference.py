@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from vllm_hotpaths.gumbel_noise import gumbel_noise, philox_uniform64, token_uniform
 from vllm_hotpaths.rejection_mrv2 import InvalidRejectionInput, check_inputs, fill_tail
 
 STATS_BLOCK = 8192
@@ -94,14 +95,6 @@ def _global_argmax(max_ptr, argmax_ptr, row, num_blocks, PADDED_BLOCKS: tl.const
 
 
 @triton.jit
-def _philox_uniform64(seed, offset):
-    # 64 random bits from one Philox round, scaled by 2**-64, floored at fp64's tiniest normal.
-    lo, hi, _, _ = tl.randint4x(seed, offset)
-    bits = (hi.to(tl.uint32, bitcast=True).to(tl.uint64) << 32) | lo.to(tl.uint32, bitcast=True).to(tl.uint64)
-    return tl.maximum(bits.to(tl.float64) * 5.421010862427522170037e-20, 2.2250738585072014e-308)
-
-
-@triton.jit
 def _reject_kernel(sampled_ptr, num_sampled_ptr, t_lse_out_ptr, d_lse_out_ptr, target_ptr, t_argmax_ptr,
                    t_max_ptr, t_sumexp_ptr, ids_ptr, draft_ptr, d_max_ptr, d_sumexp_ptr, cu_ptr, slots_ptr,
                    temp_ptr, seed_ptr, pos_ptr, vocab_size, num_steps, num_blocks,
@@ -141,7 +134,7 @@ def _reject_kernel(sampled_ptr, num_sampled_ptr, t_lse_out_ptr, d_lse_out_ptr, t
                     u = tl.maximum(tl.rand(seed, pos), 4.6566127342e-10)
                     d_lp = 0.0
                 else:
-                    u = _philox_uniform64(seed, pos)
+                    u = philox_uniform64(seed, pos)
                     d_lp = 0
                 if HAS_DRAFT:
                     d_logit = tl.load(draft_ptr + (slot * num_steps + i) * vocab_size + draft).to(tl.float32)
@@ -157,77 +150,6 @@ def _reject_kernel(sampled_ptr, num_sampled_ptr, t_lse_out_ptr, d_lse_out_ptr, t
     tl.store(num_sampled_ptr + req, accepted_count.to(tl.int32))
     tl.store(t_lse_out_ptr + req, target_lse)
     tl.store(d_lse_out_ptr + req, draft_lse)
-
-
-@triton.jit
-def _rotl32(x, r: tl.constexpr):
-    return (x << r) | (x >> (32 - r))
-
-
-@triton.jit
-def _murmur_round(h, k):
-    k = _rotl32(k * 0xCC9E2D51, 15) * 0x1B873593
-    return _rotl32(h ^ k, 13) * 5 + 0xE6546B64
-
-
-@triton.jit
-def _murmur_uniform(seed, pos, token):
-    # MurmurHash3 (x86, 32-bit) of the words seed.lo, seed.hi, pos.lo, token: 16 bytes, seed 0.
-    seed = seed.to(tl.int64)
-    pos = pos.to(tl.int64)
-    h = (seed ^ seed).to(tl.uint32)
-    h = _murmur_round(h, (seed & 0xFFFFFFFF).to(tl.uint32))
-    h = _murmur_round(h, ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32))
-    h = _murmur_round(h, (pos & 0xFFFFFFFF).to(tl.uint32))
-    h = _murmur_round(h, token.to(tl.uint32))
-    h = h ^ 16
-    h = (h ^ (h >> 16)) * 0x85EBCA6B
-    h = (h ^ (h >> 13)) * 0xC2B2AE35
-    h = h ^ (h >> 16)
-    # Two exact 16-bit halves: (h + 0.5) * 2**-32 rounded once, in the arithmetic upstream writes.
-    return ((h >> 16).to(tl.int32).to(tl.float32) * 1.52587890625e-05
-            + ((h & 0xFFFF).to(tl.int32).to(tl.float32) + 0.5) * 2.3283064365386963e-10)
-
-
-@triton.jit
-def _log1p_of_negative(v):
-    # log(1 - v): a degree-8 series below 0.25 (Horner, as upstream writes it), else log directly.
-    s = 1.0 / 8.0
-    s = 1.0 / 7.0 + v * s
-    s = 1.0 / 6.0 + v * s
-    s = 1.0 / 5.0 + v * s
-    s = 1.0 / 4.0 + v * s
-    s = 1.0 / 3.0 + v * s
-    s = 1.0 / 2.0 + v * s
-    s = 1.0 + v * s
-    return tl.where(v < 0.25, -v * s, tl.log(tl.maximum(1.0 - v, 5.960464477539063e-08)))
-
-
-@triton.jit
-def _token_uniform(seed, pos, lanes, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
-    # The Gumbel noise's uniform per token: murmur3 of (seed, pos, token) from 0.31; before, Philox
-    # `tl.rand(randint(seed, pos), token)` floored at fp32's tiniest normal (0.22) or at tl.rand's
-    # smallest nonzero value, 4.66e-10 (0.24 on).
-    if NOISE_MURMUR3:
-        u = _murmur_uniform(seed, pos, lanes)
-    elif NOISE_LOG1P:
-        u = tl.maximum(tl.rand(tl.randint(seed, pos), lanes), 4.6566127342e-10)
-    else:
-        u = tl.maximum(tl.rand(tl.randint(seed, pos), lanes), 1.1754943508222875e-38)
-    return u
-
-
-@triton.jit
-def _gumbel(seed, pos, lanes, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
-    # -log(-log u) (0.22); -log(-log1p(-u)), libdevice log1p (0.24) or the series (0.31 on).
-    u = _token_uniform(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
-    if NOISE_MURMUR3:
-        noise = -tl.log(-_log1p_of_negative(u))
-    elif NOISE_LOG1P:
-        noise = -tl.log(-tl.extra.cuda.libdevice.log1p(-u))
-    else:
-        noise = -tl.log(-tl.log(u))
-    return noise
 
 
 @triton.jit
@@ -277,9 +199,9 @@ def _resample_kernel(block_argmax_ptr, block_max_ptr, target_ptr, t_lse_ptr, dra
         seed = tl.load(seed_ptr + slot)
         pos = tl.load(pos_ptr + row)
         if GUMBEL_FP64:
-            noise = -tl.log(-tl.log(_philox_uniform64(tl.randint(seed, pos), lanes)))
+            noise = -tl.log(-tl.log(philox_uniform64(tl.randint(seed, pos), lanes)))
         else:
-            noise = _gumbel(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
+            noise = gumbel_noise(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
         residual = tl.where(inside, residual + noise, float("-inf"))
     top, lane = tl.max(residual, axis=0, return_indices=True)
     tl.store(block_argmax_ptr + req * num_blocks + block, block * BLOCK + lane)
@@ -312,15 +234,15 @@ def _uniforms_kernel(accept_ptr, token_ptr, seed_ptr, pos_ptr, vocab_size, BLOCK
     pos = tl.load(pos_ptr + row)
     lanes = block * BLOCK + tl.arange(0, BLOCK)
     if GUMBEL_FP64:
-        u = _philox_uniform64(tl.randint(seed, pos), lanes)
+        u = philox_uniform64(tl.randint(seed, pos), lanes)
     else:
-        u = _token_uniform(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
+        u = token_uniform(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
     tl.store(token_ptr + row * vocab_size + lanes, u, mask=lanes < vocab_size)
     if block == 0:
         if ACCEPT_FP32:
             accept = tl.maximum(tl.rand(seed, pos), 4.6566127342e-10).to(tl.float64)
         else:
-            accept = _philox_uniform64(seed, pos)
+            accept = philox_uniform64(seed, pos)
         tl.store(accept_ptr + row, accept)
 
 

@@ -49,7 +49,7 @@ def check_older_reference(hotpath, checks, vllm_version: str, device, log, reque
     log.reference_version = older
     reference = Side(f"reference {older}", registry.resolve(hotpath.references[older]), older)
     live = Side(f"vLLM {vllm_version}", hotpath.live_factory(), vllm_version)
-    conformance = ledger.conformance_judge(hotpath.name, vllm_version, log)
+    conformance = ledger.conformance_judge(hotpath.name, vllm_version, log, device)
     shown = show_named_differences(
         checks, reference, live, device, log, key=f"drift:{older}:{vllm_version}:{device}", plain_judge=conformance,
         named=lambda case, failure: ledger.explain_drift(hotpath.name, vllm_version, case, str(failure), since=older),

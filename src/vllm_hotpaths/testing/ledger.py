@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from vllm_hotpaths.registry import version_key
@@ -138,12 +138,15 @@ class LedgerEntryStale(AssertionError):
     """A ledger entry predicted a divergence that did not happen."""
 
 
-def check_conformance(hotpath: str, vllm_version: str, case: object, compare: Callable[[], None]):
-    """Run `compare` (raises AssertionError on a difference) under the ledger's rule.
+def check_conformance(hotpath: str, vllm_version: str, case: object, compare: Callable[[], None],
+                      device: str | None = None):
+    """Run `compare` (raises AssertionError on a difference) under the ledger's rule; `device`
+    (its type, "cpu" or "cuda"): only entries that can show there excuse (None: any entry).
 
     Returns the entry that excused a difference, or None when reference and vLLM agreed.
     """
-    entries = [e for e in LEDGER if e.kind == "divergence" and e.covers(hotpath, vllm_version, case)]
+    entries = [e for e in LEDGER if e.kind == "divergence" and e.covers(hotpath, vllm_version, case)
+               and (device is None or device in e.devices)]
     if not entries:
         compare()
         return None
@@ -159,12 +162,14 @@ def check_conformance(hotpath: str, vllm_version: str, case: object, compare: Ca
     )
 
 
-def conformance_judge(hotpath: str, vllm_version: str, log):
+def conformance_judge(hotpath: str, vllm_version: str, log, device=None):
     """The conformance law's judge: a difference passes only where a divergence entry covers the
     case (and must then happen, unless the entry says upstream is undecided there); the entry's
-    link goes to the log."""
+    link goes to the log. `device`: as `check_conformance`'s (a torch device or its type)."""
+    kind = None if device is None else str(device).split(":")[0]
+
     def judge(case, compare) -> bool:
-        entry = check_conformance(hotpath, vllm_version, case, compare)
+        entry = check_conformance(hotpath, vllm_version, case, compare, kind)
         if entry is not None:
             log.excuse(entry)
         return entry is not None
@@ -334,6 +339,46 @@ LEDGER += [
     ),
 ]
 
+
+def _random_requests(case) -> bool:
+    """A logits program (logits_copy's, sampler_mrv2's) over more than one id with a request
+    sampled at random (the temperature is not 0) and a step."""
+    return case.vocab_size > 1 and bool(_ops(case, "step")) \
+        and any(p.get("temperature", 1.0) != 0.0 for p in _request_params(case))
+
+
+def _allowed_ids(case) -> bool:
+    """A logits program with a request that has allowed token ids, and a step."""
+    return bool(_ops(case, "step")) and any(p.get("allowed_token_ids") for p in _request_params(case))
+
+
+LEDGER += [
+    KnownDivergence(
+        hotpath="sampler_mrv2", first_version="0.22.0", last_version="0.24.0", required=False,
+        link="https://github.com/vllm-project/vllm/blob/v0.25.0/vllm/v1/worker/gpu/sample/logit_bias.py#L192-L203",
+        summary="allowed token ids on CUDA race in 0.22 to 0.24: the logit-bias kernel saves the allowed lanes, "
+                "fills the row with -inf and restores them with no barrier between, so the restore can land "
+                "before the fill and leave the row all -inf (id 0 sampled); 0.25 adds the barriers",
+        affects=_allowed_ids, devices=("cuda",)),
+]
+
+# sampler_mrv2 processes the logits as logits_copy does (each of its changes, on the same
+# programs), then adds the Gumbel noise, whose two changes are the rejection sampler's too.
+# (Not 0.23's top-k/top-p move: sampler_mrv2 states no top-k/top-p.)
+LEDGER += [replace(entry, hotpath="sampler_mrv2") for entry in LEDGER
+           if entry.hotpath == "logits_copy" and entry.first_version != "0.23.0"]
+LEDGER += [
+    _change_from(
+        "0.24.0", "sampler_mrv2", "https://github.com/vllm-project/vllm/pull/45996",
+        summary="the Gumbel noise is -log(-log1p(-u)) (libdevice log1p), u floored at 4.66e-10, no longer "
+                "-log(-log u): a random request samples other ids",
+        affects=_random_requests),
+    _change_from(
+        "0.31.0", "sampler_mrv2", "https://github.com/vllm-project/vllm/pull/51367",
+        summary="the Gumbel noise comes from a murmur3 hash of (seed, position, token), no longer from Philox: "
+                "a random request samples other ids",
+        affects=_random_requests),
+]
 
 def _rejection_requests(case, greedy: bool | None = None, drafted: bool = False) -> list[tuple]:
     """The requests of a rejection_mrv2 case (greedy or random ones; with a valid draft)."""

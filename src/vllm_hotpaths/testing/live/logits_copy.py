@@ -251,7 +251,8 @@ class LiveSampler:
             args["logits"] = logits.clone()
         return vllm_env.call(self.sampler.apply_sampling_params, **args)
 
-    def sample(self, processed_logits, rows: list[int], pos: list[int]) -> torch.Tensor:
+    def gumbel_sample(self, processed_logits, rows: list[int], pos: list[int]) -> torch.Tensor:
+        """vLLM's own `gumbel_sample` of these processed logits, with the requests' seeds."""
         expanded, _, positions = self._mapping(rows, pos)
         states = self.sampler.sampling_states
         return vllm_env.call(self._sampler_mod.gumbel_sample, processed_logits, expanded, states.temperature.gpu,

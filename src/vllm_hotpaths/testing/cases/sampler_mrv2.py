@@ -1,0 +1,122 @@
+"""Sampling-pass cases: `logits_copy`'s programs (`LogitsProgram`: requests entering and leaving
+sampler slots, with sampler steps), drawn without top-k / top-p, with seeds over all of int64 and
+vocabularies of one to three 1024-id blocks, each cut short of a multiple of the block or not.
+
+At every step, each side's `sample` returns the batch's ids and processed logits: the ids are
+compared exactly, the processed logits bit for bit after upcasting to fp32, and neither side may
+write the caller's logits. The equivalence law then also runs each request alone (on copies of
+both sides taken before the step), as `logits_copy`'s does: a batch can hide one request's path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from vllm_hotpaths.testing.bits import assert_same_bits
+from vllm_hotpaths.testing.cases import copy_of, note
+from vllm_hotpaths.testing.cases.logits_copy import LogitsProgram, Step, params_of, run
+from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
+
+BLOCK = 1024
+
+
+def sampled(impl, step: Step, label: str):
+    """(ids, processed logits) of `impl` for `step`, checking that the caller's logits stay as given."""
+    before = step.logits.clone()
+    ids, out = impl.sample(*step.args(), processed=True)
+    assert_same_bits(step.logits, before, f"{label}: the caller's logits after the call")
+    assert ids.dtype == torch.int64 and ids.shape == (len(step.rows),), \
+        f"{label}: ids are {ids.dtype} {list(ids.shape)}, expected int64 [{len(step.rows)}]"
+    return ids, out
+
+
+def assert_same_step(step: Step, want_from, got_from, expected: Side, actual: Side, label: str) -> None:
+    want_ids, want = sampled(want_from, step, f"{label}, {expected.label}")
+    got_ids, got = sampled(got_from, step, f"{label}, {actual.label}")
+    if not torch.equal(got_ids, want_ids):
+        rows = (got_ids != want_ids).nonzero().flatten().tolist()
+        raise AssertionError(f"{label}: {actual.label} sampled {got_ids.tolist()}, {expected.label} "
+                             f"{want_ids.tolist()} (rows {rows} differ)")
+    assert_same_bits(got.float(), want.float(), f"{label} ({actual.label} vs {expected.label}): processed "
+                                                "logits, upcast to fp32")
+
+
+def assert_same_sampling(program: LogitsProgram, expected: Side, actual: Side, device, alone: bool) -> None:
+    """Every step's whole batch; with `alone`, each request of the step alone too, on copies of
+    both sides taken before the batch's call."""
+    first, second = program.samplers(expected.factory, actual.factory, device=device)
+    for i, batch in enumerate(run(program, (first, second), device)):
+        requests = list(batch.per_request()) if alone else []
+        copies = [[copy_of(impl, label=f"step {i}, {side.label}") for _ in requests]
+                  for impl, side in ((first, expected), (second, actual))]
+        for j, (step, (want_from, got_from)) in enumerate(zip([batch, *requests],
+                                                                [(first, second), *zip(*copies)])):
+            label = f"step {i}" + (f", request {step.rows[0]} alone" if j else "")
+            assert_same_step(step, want_from, got_from, expected, actual, label)
+
+
+def is_live(side: Side) -> bool:
+    from vllm_hotpaths import registry
+
+    return side.factory is registry.get("sampler_mrv2").live_factory()
+
+
+def _note_rows(step: Step, temperatures: list[float], vocab: int) -> None:
+    """Labels of one step's rows, from its raw logits (what any processing keeps: an infinity or a
+    NaN stays one)."""
+    x = step.logits.float().cpu().numpy()
+    for row, t in zip(x, temperatures):
+        if t == 0.0:
+            note("a greedy row")
+            finite = row[~np.isnan(row)]
+            if finite.size and (finite == finite.max()).sum() > 1:
+                note("a greedy row whose largest logit is on several ids")
+        else:
+            note("a seeded random row")
+            if (row == math.inf).sum() > 1:
+                note("a random row with +inf on several ids (a tie after the noise)")
+        if np.isnan(row).any():
+            note("a NaN logit")
+        if (row == -math.inf).all():
+            note("a row of -inf only")
+    if vocab > BLOCK:
+        note("several 1024-id blocks" + ("" if vocab % BLOCK == 0 else ", the last one cut short"))
+
+
+class SamplingPassChecks(Checks):
+    """Ids exactly and processed logits bit for bit (fp32 upcast), step by step."""
+
+    hotpath = "sampler_mrv2"
+    case_type = LogitsProgram
+    boundaries = ("a greedy row", "a seeded random row", "a greedy row whose largest logit is on several ids",
+                  "a random row with +inf on several ids (a tie after the noise)", "a NaN logit",
+                  "several 1024-id blocks", "several 1024-id blocks, the last one cut short",
+                  "a seed past 32 bits", "a negative seed", "one request with several rows")
+    triton = True
+    law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda")}
+
+    def cases(self):
+        from strategies import sampler_programs
+
+        return sampler_programs()
+
+    def reached(self, case: LogitsProgram) -> None:
+        params = {}
+        steps = run(case, [], "cpu")  # each step's inputs; the walk below keeps its requests
+        for op in case.ops:
+            if op[0] == "add":
+                params[op[1]] = params_of(op[4]).checked(case.vocab_size)
+                seed = params[op[1]].seed
+                if not 0 <= seed < 2**32:
+                    note("a negative seed" if seed < 0 else "a seed past 32 bits")
+            elif op[0] == "remove":
+                del params[op[1]]
+            elif op[0] == "step":
+                step = next(steps)
+                _note_rows(step, [params[s].temperature for s in step.rows], case.vocab_size)
+
+    def agree(self, case: LogitsProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
+        assert_same_sampling(case, expected, actual, device, alone=not is_live(actual))
