@@ -131,3 +131,17 @@ class ReasoningMarkers:
                 raise InvalidSamplingInput(f"reasoning {name} marker holds token ids outside "
                                            f"[0, {vocab_size}): {bad}")
         return self
+
+
+def needs_processing(p: RequestParams, vocab_size: int, forces_thinking: bool) -> bool:
+    """Whether any processing step could change one of the request's logits (normalized
+    parameters): vLLM 0.27's early return of `apply_sampling_params` (the batch's logits handed
+    back untouched when no request of it needs processing) and 0.28 on's per-request flag, which
+    0.33 words as here (a greedy request's top_k, top_p and min_p are already neutral)."""
+    top_k = p.top_k if 0 < p.top_k <= vocab_size else vocab_size
+    sampling = p.temperature != 0.0 and (p.temperature != 1.0 or p.min_p != 0.0
+                                         or top_k != vocab_size or p.top_p != 1.0)
+    bias = bool(p.allowed_token_ids or p.logit_bias or (p.min_tokens > 0 and p.stop_token_ids))
+    penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    thinking = forces_thinking and p.thinking_token_budget is not None
+    return sampling or bias or penalties or bool(p.bad_words) or thinking

@@ -18,19 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from vllm_hotpaths.logits_copy import ReasoningMarkers, RequestParams
+from vllm_hotpaths.logits_copy import ReasoningMarkers, RequestParams, needs_processing
 from vllm_hotpaths.logits_copy.reference import (Sampler022, Sampler023, Sampler024, Sampler026, Sampler027,
                                                  Sampler028, as_ints, check_rows)
-
-
-def needs_processing(p: RequestParams, vocab_size: int, forces_thinking: bool) -> bool:
-    top_k = p.top_k if 0 < p.top_k <= vocab_size else vocab_size
-    sampling = p.temperature != 0.0 and (p.temperature != 1.0 or p.min_p != 0.0
-                                         or top_k != vocab_size or p.top_p != 1.0)
-    bias = bool(p.allowed_token_ids or p.logit_bias or (p.min_tokens > 0 and p.stop_token_ids))
-    penalties = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
-    thinking = forces_thinking and p.thinking_token_budget is not None
-    return sampling or bias or penalties or bool(p.bad_words) or thinking
 
 
 class SkipUnprocessed:

@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from vllm_hotpaths import vllm_env
 from vllm_hotpaths.logits_copy import InvalidSamplingInput, RequestParams
-from vllm_hotpaths.logits_copy.fast import needs_processing
+from vllm_hotpaths.logits_copy import needs_processing
 
 SAMPLER = "vllm.v1.worker.gpu.sample.sampler"
 UPSTREAM: dict[str, object] = {}  # the replaced methods, for the properties' unpatched side

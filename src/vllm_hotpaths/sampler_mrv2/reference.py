@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from vllm_hotpaths.gumbel_noise import gumbel_noise
+from vllm_hotpaths.logits_copy import needs_processing
 from vllm_hotpaths.logits_copy import reference as processing
 from vllm_hotpaths.sampler_mrv2 import refuse_unstated
 
@@ -66,13 +67,21 @@ class _SamplingPass:
 
     NOISE_LOG1P = False  # 0.24 (PR #45996)
     NOISE_MURMUR3 = False  # 0.31 (PR #51367)
+    # 0.27 (PR #49033): a batch in which no request needs processing is sampled from its own
+    # logits, in their dtype. Same values, but on CUDA the block maximum of a bf16 load is reduced
+    # in another order than an fp32 one's, and where a NaN lands depends on that order.
+    SAMPLES_UNPROCESSED = False
 
     def sample(self, logits: torch.Tensor, rows, local_pos, input_ids, pos, processed: bool = True):
         """(ids int64 [num_rows], the processed logits or None where `processed` is False)."""
         slots = processing.check_rows(logits, rows, local_pos, input_ids, pos, self.occupied, self.vocab_size)
         params = [self.requests[int(s)].params for s in slots]
         refuse_unstated(params, self.vocab_size)
-        out = self.process(logits, *map(processing.as_ints, (rows, local_pos, input_ids, pos)))
+        if self.SAMPLES_UNPROCESSED and not any(needs_processing(p, self.vocab_size, self.forces_thinking)
+                                                for p in params):
+            out = logits
+        else:
+            out = self.process(logits, *map(processing.as_ints, (rows, local_pos, input_ids, pos)))
         device = logits.device
         ids = gumbel_argmax(out, torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
                             torch.tensor([p.seed for p in params], dtype=torch.int64, device=device),
@@ -99,18 +108,21 @@ class SamplerPass026(_SamplingPass, processing.Sampler026):
 
 
 class SamplerPass027(_SamplingPass, processing.Sampler027):
-    """vLLM 0.27.x: the fp32 copy back."""
+    """vLLM 0.27.x: the fp32 copy back, skipped for a batch no request needs processing."""
 
     NOISE_LOG1P = True
+    SAMPLES_UNPROCESSED = True
 
 
 class SamplerPass028(_SamplingPass, processing.Sampler028):
     """vLLM 0.28.0 to 0.30.0: bad words on drafts, thinking forcing."""
 
     NOISE_LOG1P = True
+    SAMPLES_UNPROCESSED = True
 
 
 class SamplerPass031(_SamplingPass, processing.Sampler028):
     """vLLM 0.31.0 to 0.33.0: murmur3 noise of (seed, pos, token), log1p by a degree-8 series."""
 
     NOISE_MURMUR3 = True
+    SAMPLES_UNPROCESSED = True

@@ -287,7 +287,7 @@ class LogitsCopyChecks(Checks):
         return logits_programs()
 
     def reached(self, case: LogitsProgram) -> None:
-        from vllm_hotpaths.logits_copy.fast import needs_processing
+        from vllm_hotpaths.logits_copy import needs_processing
 
         markers = case.reasoning
         if markers is not None and not all(markers):
