@@ -20,6 +20,6 @@ __all__ = [
     "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
     "penalty_triples", "commits", "slot_programs",
     "marker_triples", "near_tie_edits", "recovery_cases", "rejection_cases", "repair_cases", "request_fields",
-    "request_params", "sampler_programs", "seeded_recovery_cases", "small_counts", "think_configs", "think_slot_programs", "token_ids",
-    "token_runs", "tokens", "transition_programs",
+    "request_params", "sampler_programs", "seeded_recovery_cases", "small_counts", "think_configs",
+    "think_slot_programs", "token_ids", "token_runs", "tokens", "transition_programs",
 ]
