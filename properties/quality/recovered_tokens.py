@@ -51,7 +51,9 @@ class PaddingCompetes(SplitVocabReciprocal):
 def _pick_last_best(out_ptr, best_ptr, best_id_ptr, token, base, num_slices, SLICES: tl.constexpr):
     slices = tl.arange(0, SLICES)
     best = tl.load(best_ptr + base + slices, mask=slices < num_slices, other=float("-inf"))
-    winner = tl.argmax(best, axis=0, tie_break_left=False)
+    # Clamped so that padding lanes, which tie at -inf where every slice is -inf, never win: the
+    # mutant must read only written scratch, or its failures are flaky.
+    winner = tl.minimum(tl.argmax(best, axis=0, tie_break_left=False), num_slices - 1)
     tl.store(out_ptr + token, tl.load(best_id_ptr + base + winner))
 
 
