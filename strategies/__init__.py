@@ -8,7 +8,7 @@ from strategies.penalties import (decode_runs, id_runs, invalid_id_cases, logit_
                                   poisoned_programs, repair_cases, request_fields, token_ids, transition_programs)
 from strategies.recovered_tokens import classify, corrupted_recovery_cases, recovery_cases, seeded_recovery_cases
 from strategies.rejection_mrv2 import near_tie_edits, rejection_cases
-from strategies.sampler_mrv2 import sampler_programs
+from strategies.sampler_mrv2 import sampler_bad_inputs, sampler_programs
 from strategies.swap_states import add_ops, programs_header
 from strategies.think_budget_mrv2 import marker_triples, think_slot_programs
 from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_budgets, long_outputs, prompts,
@@ -20,6 +20,6 @@ __all__ = [
     "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
     "penalty_triples", "commits", "slot_programs",
     "marker_triples", "near_tie_edits", "recovery_cases", "rejection_cases", "repair_cases", "request_fields",
-    "request_params", "sampler_programs", "seeded_recovery_cases", "small_counts", "think_configs",
+    "request_params", "sampler_bad_inputs", "sampler_programs", "seeded_recovery_cases", "small_counts", "think_configs",
     "think_slot_programs", "token_ids", "token_runs", "tokens", "transition_programs",
 ]

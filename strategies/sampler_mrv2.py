@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from strategies.logits_copy import SEEDS, logits_programs
+from strategies.logits_copy import SEEDS, bad_input_cases, logits_programs
+from vllm_hotpaths.testing.cases.logits_copy import BadInputCase
 
 VOCABS = (1, 5, 17, 1024, 1025, 2047, 3072, 3000)
 SEED_EDGES = (2**32 - 1, 2**32, -2, -(2**31), 2**63 - 1, -(2**63))
@@ -18,3 +19,13 @@ def sampler_seeds() -> st.SearchStrategy[int]:
 
 def sampler_programs():
     return logits_programs(vocabs=VOCABS, neutral_only=("top_k", "top_p"), seeds=sampler_seeds())
+
+
+# What the sampling pass refuses at its step beyond what `logits_copy` refuses: the random seed
+# (-1), seeds outside int64, and the top-k / top-p it does not state.
+SAMPLING_REFUSALS = (("seed", -1), ("seed", 2**63), ("seed", -(2**63) - 1), ("top_k", 3), ("top_p", 0.5))
+
+
+def sampler_bad_inputs():
+    return st.one_of(bad_input_cases(), st.sampled_from(SAMPLING_REFUSALS).map(
+        lambda fv: BadInputCase(fv[0], fv[1], "float32")))

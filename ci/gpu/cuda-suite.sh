@@ -18,7 +18,10 @@
 #            (stage-vllm.sh overlay: e.g. carry/vllm-py-0.33.0/py.tar.xz); MRV2_STAGED=0 leaves
 #            out the staged version's own run (one call per few releases under a time limit)
 #            "gate" honours OVERLAYS too (GATE_STAGED=0 leaves out the staged version's run): each
-#            overlay's gate writes its report in $OUT/gate-<vLLM version>
+#            overlay's gate writes its report in $OUT/gate-<vLLM version>; so does "bench"
+#            ($OUT/bench-<vLLM version>.json; BENCH_STAGED=0 likewise)
+#            "equivalence": the equivalence law's cuda rows alone (the fast paths against their
+#            references, no vLLM needed), PROFILE draws, WORKERS workers
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 #   COMMIT   the suite's commit, for the reports, where the tree's git metadata is not its own
 #   RECORD   1: the gate runs record what held into $OUT/validated.json (the plugin's file format;
@@ -75,16 +78,31 @@ if [[ " $PARTS " == *" mrv2 "* ]]; then
     ( eval "$(bash ci/gpu/stage-vllm.sh overlay "$tarball")" && mrv2_gate ) || mrv2_rc=1
   done
 fi
+if [[ " $PARTS " == *" equivalence "* ]]; then
+  keyword="cuda"
+  if [[ -n "${HOTPATHS:-}" ]]; then keyword="($(echo ${HOTPATHS} | sed 's/ / or /g')) and cuda"; fi
+  python -m pytest properties/test_equivalence.py -q -p no:cacheprovider -k "$keyword" --require-cuda \
+    --hypothesis-profile "${PROFILE:-gate}" -n "${WORKERS:-4}" --fixture-dir "$OUT/equivalence/regressions" \
+    || gate_rc=1
+fi
 if [[ " $PARTS " == *" bench "* ]]; then
-  python -m vllm_hotpaths.cli bench --device all "${only[@]}" --json "$OUT/bench.json" --plot "$OUT/bench.png"
-  bench_rc=$?
+  if [[ "${BENCH_STAGED:-1}" == 1 ]]; then
+    python -m vllm_hotpaths.cli bench --device all "${only[@]}" --json "$OUT/bench.json" --plot "$OUT/bench.png"
+    bench_rc=$?
+  fi
+  for tarball in ${OVERLAYS:-}; do
+    ( eval "$(bash ci/gpu/stage-vllm.sh overlay "$tarball")" &&
+      version=$(python -c "from importlib.metadata import version; print(version('vllm'))") &&
+      python -m vllm_hotpaths.cli bench --device cuda "${only[@]}" --json "$OUT/bench-$version.json" ) || bench_rc=1
+  done
 fi
 if [[ " $PARTS " == *" quality "* ]]; then
   # name|pytest options: each run must fail (exit 1) and write its fixture under $OUT/quality/name
   planted=(
     "recovered_tokens-IEEEDivision|properties/test_equivalence.py -k recovered_tokens\ and\ cuda --impl recovered_tokens@0.16.0=properties.quality.recovered_tokens:IEEEDivision"
-    "penalties_mrv2-ExactDivision|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.22.0=properties.quality.penalties_mrv2:ExactDivision"
-    "penalties_mrv2-UnfusedFrequency|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.22.0=properties.quality.penalties_mrv2:UnfusedFrequency"
+    "penalties_mrv2-ExactDivision|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.16.0=properties.quality.penalties_mrv2:ExactDivision"
+    "penalties_mrv2-UnfusedFrequency|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.16.0=properties.quality.penalties_mrv2:UnfusedFrequency"
+    "sampler_mrv2-FusedIEEEDivision|properties/test_equivalence.py -k sampler_mrv2\ and\ cuda --impl sampler_mrv2@0.22.0=properties.quality.sampler_mrv2:FusedIEEEDivision"
   )
   for entry in "${planted[@]}"; do
     name=${entry%%|*}

@@ -220,11 +220,12 @@ class VacatedRowTakenAsEmpty(IncrementalPenalties):
 
 # Caught by the 600-example `quality` profile, not on every draw of `ci`'s 150 (derandomized): a
 # program without the batch hint that grows past its staging rows between two steps.
-# JumpPastDoubleUnpadded and IgnoresRowMoves (10 of 10 fresh seeds): the ci draw caught each until
-# code elsewhere changed, which moved that draw although the penalties strategy did not change
+# JumpPastDoubleUnpadded, IgnoresRowMoves (10 of 10 fresh seeds) and VacatedRowTakenAsEmpty: the ci
+# draw caught each until code elsewhere changed, which moved that draw although the penalties
+# strategy did not change
 # (Hypothesis draws about one integer in 20 from the literals of every loaded project module,
 # docs/quality.md); the quality draw catches them.
-NEED_MORE_EXAMPLES = {"RowGrowthDropsContent", "JumpPastDoubleUnpadded", "IgnoresRowMoves"}
+NEED_MORE_EXAMPLES = {"RowGrowthDropsContent", "JumpPastDoubleUnpadded", "IgnoresRowMoves", "VacatedRowTakenAsEmpty"}
 
 # Reached by fewer than 8 of 10 fresh `ci` seeds (docs/quality.md#generation-only-power, an output
 # outgrowing twice its columns in one step): this committed fixture, replayed, catches it.

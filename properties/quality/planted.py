@@ -1,4 +1,4 @@
-"""Planted references: a frozen reference module's own source with one edit (a Triton kernel
+"""Planted bugs: a frozen reference module's (or a fast path's) own source with one edit (a Triton kernel
 cannot be patched from outside). The edited module is written once to a temporary file, named by
 its content, and imported from there, so Triton can read its kernels' source."""
 
@@ -20,9 +20,9 @@ def reference_version(hotpath: str) -> str:
     return spec.reference_version_for(installed if installed and spec.exists_in(installed) else None)
 
 
-def planted(hotpath: str, module, name: str, edits: list[tuple[str, str]]):
-    """`hotpath`'s reference class for the installed vLLM (`reference_version`), from `module`'s
-    source (the module defining it) with each (old, new) edit made once."""
+def planted(hotpath: str, module, name: str, edits: list[tuple[str, str]], attr: str | None = None):
+    """`hotpath`'s reference class for the installed vLLM (`reference_version`), or the class
+    `attr`, from `module`'s source (the module defining it) with each (old, new) edit made once."""
     source = inspect.getsource(module)
     for old, new in edits:
         if source.count(old) != 1:
@@ -39,4 +39,4 @@ def planted(hotpath: str, module, name: str, edits: list[tuple[str, str]]):
     loaded = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = loaded
     spec.loader.exec_module(loaded)
-    return getattr(loaded, registry.get(hotpath).references[reference_version(hotpath)].rpartition(":")[2])
+    return getattr(loaded, attr or registry.get(hotpath).references[reference_version(hotpath)].rpartition(":")[2])

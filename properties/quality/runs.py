@@ -117,4 +117,9 @@ def planted_runs() -> list[PlantedRun]:
                 runs.append(PlantedRun(hotpath, m, "properties/test_conformance.py", f"{hotpath} and cpu",
                                        "--reference", f"{hotpath}@{at}=properties.quality.{hotpath}:{m}", "ci",
                                        interpreted=True, since=getattr(module, "SINCE", {}).get(m, since)))
+    for m, (law, devices) in sampler_mrv2.FAST_MUTANTS.items():
+        if "cpu" in devices.split():
+            runs.append(PlantedRun("sampler_mrv2", m, f"properties/test_{law}.py", "sampler_mrv2 and cpu",
+                                   "--impl", f"sampler_mrv2@0.22.0=properties.quality.sampler_mrv2:{m}",
+                                   _profile(sampler_mrv2, m), interpreted=True))
     return runs

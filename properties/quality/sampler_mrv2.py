@@ -1,10 +1,15 @@
-"""Deliberately wrong sampling-pass references: each must fail conformance against the installed
-vLLM's `Sampler.sample`. Until the hot path has a fast path, each is checked in place of the
-frozen reference of the installed vLLM (`reference_version()`):
+"""Deliberately wrong sampling passes, each the source of a module here with one edit (`planted`).
+
+`MUTANTS`: references that must fail conformance against the installed vLLM's `Sampler.sample`,
+each checked in place of the frozen reference of the installed vLLM (`reference_version()`):
 `pytest properties/test_conformance.py -k "sampler_mrv2 and cpu"
---reference sampler_mrv2@VERSION=properties.quality.sampler_mrv2:NAME`. `tests/test_quality.py`
-runs each on the CPU (kernels interpreted). Each is the reference's own source with one edit
-(`planted`).
+--reference sampler_mrv2@VERSION=properties.quality.sampler_mrv2:NAME`.
+
+`FAST_MUTANTS`: fused fast paths (0.22.0's `FusedSamplingPass`) that must fail equivalence (or,
+`RandomSeedSampled`, the errors law) with the 0.22.0 reference: `pytest properties/test_equivalence.py -k "sampler_mrv2 and cpu"
+--impl sampler_mrv2@0.22.0=properties.quality.sampler_mrv2:NAME` (`and cuda` for those that show
+only where Triton's division is approximate). `tests/test_quality.py` runs each CPU one (kernels
+interpreted); `ci/gpu/cuda-suite.sh` (PARTS=quality) the CUDA ones.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from functools import partial
 
 from properties.quality import planted
-from vllm_hotpaths.sampler_mrv2 import reference
+from vllm_hotpaths.sampler_mrv2 import fast, reference
 
 
 def reference_version() -> str:
@@ -48,3 +53,40 @@ SeedLow32Bits = _planted("SeedLow32Bits", [
 # name -> the devices it shows on (law conformance, the installed vLLM's reference)
 MUTANTS = {name: "cpu cuda" for name in ("TiesToHigherLane", "LastBlockWinsTies", "NoiseAtNextPosition",
                                           "NaNBlockLoses", "SeedLow32Bits")}
+
+
+_fast = partial(planted.planted, "sampler_mrv2", fast, attr="FusedSamplingPass")
+
+# A penalized row's earlier drafts are not counted (a count missed on a speculative row).
+DraftsNotCounted = _fast("DraftsNotCounted", [
+    ("for j in tl.static_range(MAX_DRAFTS):", "for j in tl.static_range(0):")])
+
+# The repetition penalty ignores the prompt: only output and draft tokens are scaled.
+PromptNotPenalized = _fast("PromptNotPenalized", [
+    ("in_prompt = ((word >> (lanes % 32)) & 1) != 0", "in_prompt = word != word")])
+
+# Equal scores inside a block go to the higher id.
+FusedTiesToHigherLane = _fast("FusedTiesToHigherLane", [
+    ("    top, lane = tl.max(x, axis=0, return_indices=True)\n",
+     "    top = tl.max(x, axis=0)\n"
+     "    lane = tl.max(tl.where(x == top, tl.arange(0, BLOCK), -1), axis=0)\n")])
+
+# The noise keyed by the position of the token being sampled (the row's position + 1).
+FusedNoiseAtNextPosition = _fast("FusedNoiseAtNextPosition", [
+    ("pos = tl.load(rows_ptr + n_rows + row)", "pos = tl.load(rows_ptr + n_rows + row) + 1")])
+
+# A correctly rounded temperature division where upstream's compiled kernel divides approximately
+# (the same in Triton's interpreter: CUDA only).
+FusedIEEEDivision = _fast("FusedIEEEDivision", [("x = x / t", "x = tl.math.div_rn(x, t)")])
+
+# A request with the random seed (-1) sampled with the seed word -1 instead of refused.
+RandomSeedSampled = _fast("RandomSeedSampled", [("and p.seed != -1 and", "and")])
+
+# name -> (the law that catches it, against the 0.22.0 reference; the devices it shows on)
+FAST_MUTANTS = {"DraftsNotCounted": ("equivalence", "cpu cuda"), "PromptNotPenalized": ("equivalence", "cpu cuda"),
+                "FusedTiesToHigherLane": ("equivalence", "cpu cuda"),
+                "FusedNoiseAtNextPosition": ("equivalence", "cpu cuda"), "FusedIEEEDivision": ("equivalence", "cuda"),
+                "RandomSeedSampled": ("errors", "cpu cuda")}
+# A draft row of a penalized request in a step the fused kernel samples is one example in about
+# twenty of the `ci` draw: its 150 examples miss DraftsNotCounted, the `quality` profile's 600 catch it.
+NEED_MORE_EXAMPLES = {"DraftsNotCounted"}

@@ -125,6 +125,34 @@ class BadInputCase:
     dtype: str
 
 
+def assert_refused_alike(case: BadInputCase, expected: Side, actual: Side, device, step) -> None:
+    """Both sides raise InvalidSamplingInput with the same message: for bad rows at the step
+    (`step(impl, logits, rows, local_pos, input_ids, pos)`), for a parameter when the request is
+    added or, where adding it is allowed, at a step over it; a refused request's slot stays free."""
+    errors = []
+    for side in (expected, actual):
+        impl = side.factory(10, 4, device)
+        impl.add_request(0, [1], [2], RequestParams(temperature=0.0))
+        added = False
+        try:
+            if case.field == "rows":
+                num_rows, *args = BAD_ROWS[case.value]
+                logits = torch.zeros((num_rows, 10), dtype=getattr(torch, case.dtype), device=device)
+                step(impl, logits, *(list(a) for a in args))
+            else:
+                impl.add_request(2, [1], [], RequestParams(**{case.field: case.value}))
+                added = True
+                step(impl, torch.zeros((1, 10), dtype=getattr(torch, case.dtype), device=device), [2], [0], [1], [1])
+        except InvalidSamplingInput as err:
+            errors.append(str(err))
+        else:
+            raise AssertionError(f"{side.label} raised no InvalidSamplingInput for {case}")
+        if added:
+            impl.remove_request(2)
+        impl.add_request(2, [1], [], RequestParams())  # the slot is free
+    assert errors[1] == errors[0], f"{actual.label}: {errors[1]!r}, {expected.label}: {errors[0]!r}"
+
+
 # -- replay ---------------------------------------------------------------------------------
 @dataclass
 class Step:
@@ -324,23 +352,7 @@ class LogitsCopyChecks(Checks):
         """A parameter vLLM refuses (or would misread: ids outside the vocabulary) and rows that
         do not describe one batch (upstream would read past its tables or mix requests up) raise
         InvalidSamplingInput with the reference's message; a refused request leaves its slot free."""
-        errors = []
-        for side in (expected, actual):
-            impl = side.factory(10, 4, device)
-            impl.add_request(0, [1], [2], RequestParams(temperature=0.0))
-            try:
-                if case.field == "rows":
-                    num_rows, *args = BAD_ROWS[case.value]
-                    logits = torch.zeros((num_rows, 10), dtype=getattr(torch, case.dtype), device=device)
-                    impl.apply_sampling_params(logits, *(list(a) for a in args))
-                else:
-                    impl.add_request(2, [1], [], RequestParams(**{case.field: case.value}))
-            except InvalidSamplingInput as err:
-                errors.append(str(err))
-            else:
-                raise AssertionError(f"{side.label} raised no InvalidSamplingInput for {case}")
-            impl.add_request(2, [1], [], RequestParams())  # the slot is still free
-        assert errors[1] == errors[0], f"{actual.label}: {errors[1]!r}, {expected.label}: {errors[0]!r}"
+        assert_refused_alike(case, expected, actual, device, lambda impl, *args: impl.apply_sampling_params(*args))
 
     def patch_agrees(self, case: LogitsProgram, device, log: CaseLog) -> None:
         """vLLM's `Sampler.sample` with the plugin's patch installed draws the same ids as the

@@ -17,7 +17,8 @@ import torch
 
 from vllm_hotpaths.testing.bits import assert_same_bits
 from vllm_hotpaths.testing.cases import copy_of, note
-from vllm_hotpaths.testing.cases.logits_copy import LogitsProgram, Step, params_of, run
+from vllm_hotpaths.testing.cases.logits_copy import (BadInputCase, LogitsProgram, Step, assert_refused_alike,
+                                                     params_of, run)
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 
 BLOCK = 1024
@@ -86,15 +87,35 @@ def _note_rows(step: Step, temperatures: list[float], vocab: int) -> None:
         note("several 1024-id blocks" + ("" if vocab % BLOCK == 0 else ", the last one cut short"))
 
 
+def _note_fused(step: Step, params: dict, case: LogitsProgram) -> None:
+    """Labels of the steps the fused fast path samples itself rather than deferring."""
+    from vllm_hotpaths.sampler_mrv2.fast import fused_covers
+
+    forces = case.reasoning is not None and all(case.reasoning)
+    if not all(fused_covers(params[s], case.vocab_size, forces) for s in step.rows):
+        return
+    note("a step the fused kernel samples")
+    for slot, local in zip(step.rows, step.local_pos):
+        p = params[slot]
+        if p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+            note("a penalized row the fused kernel samples")
+            if local > 0:
+                note("a penalized draft row the fused kernel samples")
+
+
 class SamplingPassChecks(Checks):
-    """Ids exactly and processed logits bit for bit (fp32 upcast), step by step."""
+    """Ids exactly and processed logits bit for bit (fp32 upcast), step by step. Bad parameters and
+    rows: InvalidSamplingInput (NotStated for top-k / top-p) with the reference's message."""
 
     hotpath = "sampler_mrv2"
     case_type = LogitsProgram
+    error_type = BadInputCase
     boundaries = ("a greedy row", "a seeded random row", "a greedy row whose largest logit is on several ids",
                   "a random row with +inf on several ids (a tie after the noise)", "a NaN logit",
                   "several 1024-id blocks", "several 1024-id blocks, the last one cut short",
-                  "a seed past 32 bits", "a negative seed", "one request with several rows")
+                  "a seed past 32 bits", "a negative seed", "one request with several rows",
+                  "a step the fused kernel samples", "a penalized row the fused kernel samples",
+                  "a penalized draft row the fused kernel samples")
     triton = True
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda")}
 
@@ -117,6 +138,15 @@ class SamplingPassChecks(Checks):
             elif op[0] == "step":
                 step = next(steps)
                 _note_rows(step, [params[s].temperature for s in step.rows], case.vocab_size)
+                _note_fused(step, params, case)
 
     def agree(self, case: LogitsProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         assert_same_sampling(case, expected, actual, device, alone=not is_live(actual))
+
+    def error_cases(self):
+        from strategies import sampler_bad_inputs
+
+        return sampler_bad_inputs()
+
+    def refuse_alike(self, case: BadInputCase, expected: Side, actual: Side, device, log: CaseLog) -> None:
+        assert_refused_alike(case, expected, actual, device, lambda impl, *args: impl.sample(*args))

@@ -1,0 +1,287 @@
+"""One kernel from logits to token: the sampling pass of each release with its logits read once.
+
+Upstream runs a sequence over the whole batch: an fp32 copy of the logits (every release but
+0.26, and 0.27 on only when some request needs processing), the penalties kernel over a dense
+`[max_num_reqs, V]` count table, the temperature kernel, then `gumbel_sample`. `FusedSamplingPass`
+does all of it per (row, 1024-id block) in one Triton program, `_fused_block_kernel`: load the
+row's logits in their dtype and upcast, penalize (penalized rows only), divide by the
+temperature, write the processed logits where the caller asks for them, add the release's
+Gumbel noise and keep the block's maximum with its lowest id. The block maxima then meet in
+`torch.argmax`, as in the reference. Each step is the reference's arithmetic in the same
+order, so ids and processed logits are the reference's bit for bit.
+
+Penalty state is kept only for requests with a penalty (`CompactCounts`): a count row and a
+prompt bitmask per penalized request, allocated when the first one arrives, grown by doubling.
+
+Where the fused kernel defers to the reference (the same tensors, upstream's sequence): a batch
+holding a request with allowed ids, a logit bias, min tokens with stop ids, bad words, min_p, a
+forced thinking budget, top-k/top-p (which the reference refuses) or an invalid seed; and 0.26's
+batches of bf16/fp16 logits (processed in their own dtype, rounded after each step).
+
+Reduction order: on CUDA a block's maximum is reduced over the layout its load chose, and where
+two NaNs meet that order decides the id. Upstream reduces a bf16 row in the bf16 load's layout
+only where it samples the caller's logits (0.27 on, no request needing processing); otherwise
+over an fp32 copy's, whose rows are V apart. The kernel's loads take that fp32 layout there
+(`CONTIG`: contiguity capped at 4 lanes), so both reductions run in the same order; it defers
+where the caller's row stride and V differ in alignment (one a multiple of 16, the other not),
+which would give its loads another layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from vllm_hotpaths.gumbel_noise import gumbel_noise
+from vllm_hotpaths.logits_copy import needs_processing
+from vllm_hotpaths.logits_copy.reference import check_rows
+from vllm_hotpaths.sampler_mrv2 import INT64
+from vllm_hotpaths.sampler_mrv2.reference import (BLOCK, SamplerPass022, SamplerPass024, SamplerPass026,
+                                                  SamplerPass027, SamplerPass028, SamplerPass031)
+
+
+@triton.jit
+def _fused_block_kernel(block_ids_ptr, block_max_ptr, processed_ptr, logits_ptr, row_stride, rows_ptr, n_rows,
+                        temp_ptr, seed_ptr, penalties_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words,
+                        vocab_size, num_blocks, BLOCK: tl.constexpr, NOISE_LOG1P: tl.constexpr,
+                        NOISE_MURMUR3: tl.constexpr, CONTIG: tl.constexpr, PENALTIES: tl.constexpr,
+                        MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr):
+    # rows_ptr: int64 [4, n_rows] = slot, position, local_pos, input id of each logits row.
+    row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    lanes = block * BLOCK + tl.arange(0, BLOCK)
+    inside = lanes < vocab_size
+    offsets = row * row_stride + lanes
+    if CONTIG:
+        offsets = tl.max_contiguous(offsets, CONTIG)
+    x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
+    slot = tl.load(rows_ptr + row)
+    if PENALTIES:
+        pen_row = tl.load(pen_row_ptr + slot).to(tl.int64)
+        if pen_row >= 0:
+            rep = tl.load(penalties_ptr + 3 * slot)
+            freq = tl.load(penalties_ptr + 3 * slot + 1)
+            pres = tl.load(penalties_ptr + 3 * slot + 2)
+            if rep != 1.0 or freq != 0.0 or pres != 0.0:
+                count_offsets = pen_row * vocab_size + lanes
+                if CONTIG:
+                    count_offsets = tl.max_contiguous(count_offsets, CONTIG)
+                counts = tl.load(counts_ptr + count_offsets, mask=inside, other=0)
+                # The row's earlier drafts count too: input ids of its request's rows 1..local_pos.
+                local_pos = tl.load(rows_ptr + 2 * n_rows + row)
+                for j in tl.static_range(MAX_DRAFTS):
+                    draft = tl.load(rows_ptr + 3 * n_rows + row - local_pos + 1 + j, mask=j < local_pos, other=-1)
+                    counts += (lanes == draft).to(tl.int32)
+                seen = counts > 0
+                if rep != 1.0:
+                    word = tl.load(prompt_bits_ptr + pen_row * words + lanes // 32, mask=inside, other=0)
+                    in_prompt = ((word >> (lanes % 32)) & 1) != 0
+                    scale = tl.where(in_prompt | seen, rep, 1.0)
+                    x *= tl.where(x > 0, 1.0 / scale, scale)
+                x -= freq * counts
+                x -= pres * seen
+    t = tl.load(temp_ptr + slot)
+    if t != 0.0 and t != 1.0:
+        x = x / t
+    if WRITE_PROCESSED:
+        tl.store(processed_ptr + row * vocab_size + lanes, x, mask=inside)
+    if t != 0.0:
+        pos = tl.load(rows_ptr + n_rows + row)
+        noise = gumbel_noise(tl.load(seed_ptr + slot), pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
+        x = tl.where(inside, x + noise, float("-inf"))
+    top, lane = tl.max(x, axis=0, return_indices=True)
+    tl.store(block_ids_ptr + row * num_blocks + block, block * BLOCK + lane)
+    tl.store(block_max_ptr + row * num_blocks + block, top)
+
+
+class CompactCounts:
+    """Penalty state of the penalized requests only: int32 output counts `[capacity, V]` and a
+    prompt bitmask `[capacity, ceil(V / 32)]`, one row per penalized request (`row_of[slot]`,
+    -1 for the others). Nothing is allocated until the first penalized request; capacity then
+    doubles as needed, up to `max_num_reqs` rows (upstream's dense table holds that many always)."""
+
+    def __init__(self, vocab_size: int, max_num_reqs: int, device: torch.device) -> None:
+        self.vocab_size, self.max_num_reqs, self.device = vocab_size, max_num_reqs, device
+        self.words = triton.cdiv(vocab_size, 32)
+        self.row_of = np.full(max_num_reqs, -1, dtype=np.int32)
+        self.row_of_device = torch.full((max_num_reqs,), -1, dtype=torch.int32, device=device)
+        self.counts = torch.zeros((0, vocab_size), dtype=torch.int32, device=device)
+        self.prompt_bits = torch.zeros((0, self.words), dtype=torch.int32, device=device)
+        self.free: list[int] = []
+
+    @property
+    def nbytes(self) -> int:
+        return self.counts.numel() * 4 + self.prompt_bits.numel() * 4
+
+    def _take_row(self) -> int:
+        if not self.free:
+            old = self.counts.shape[0]
+            new = min(max(2 * old, 1), self.max_num_reqs)
+            grow = lambda t: torch.cat((t, torch.zeros((new - old, t.shape[1]), dtype=t.dtype, device=t.device)))  # noqa: E731
+            self.counts, self.prompt_bits = grow(self.counts), grow(self.prompt_bits)
+            self.free = list(range(new - 1, old - 1, -1))
+        return self.free.pop()
+
+    def add(self, slot: int, prompt, output) -> None:
+        row = self._take_row()
+        counts = np.bincount(np.asarray(output, dtype=np.int64), minlength=self.vocab_size).astype(np.int32)
+        self.counts[row] = torch.from_numpy(counts).to(self.device)
+        bits = np.zeros(self.words * 32, dtype=bool)
+        bits[np.asarray(prompt, dtype=np.int64)] = True
+        words = np.packbits(bits.reshape(-1, 32), axis=1, bitorder="little").view("<u4").view(np.int32).ravel()
+        self.prompt_bits[row] = torch.from_numpy(words).to(self.device)
+        self.row_of[slot] = row
+        self.row_of_device[slot] = row
+
+    def remove(self, slot: int) -> None:
+        row = int(self.row_of[slot])
+        if row >= 0:
+            self.free.append(row)
+            self.row_of[slot] = -1
+            self.row_of_device[slot] = -1
+
+    def append(self, slot: int, tokens) -> None:
+        row = int(self.row_of[slot])
+        if row >= 0 and len(tokens):
+            ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64), device=self.device)
+            self.counts[row].index_put_((ids,), torch.ones_like(ids, dtype=torch.int32), accumulate=True)
+
+
+def fused_covers(p, vocab_size: int, forces_thinking: bool) -> bool:
+    """Whether the fused kernel computes this request's processing (normalized parameters): only
+    temperature and penalties, a seed vLLM keeps, no top-k/top-p (module docstring)."""
+    forced = forces_thinking and p.thinking_token_budget is not None
+    seed_ok = not isinstance(p.seed, bool) and isinstance(p.seed, int) and p.seed != -1 and \
+        INT64[0] <= p.seed <= INT64[1]
+    top_k = p.top_k if 0 < p.top_k <= vocab_size else vocab_size
+    return seed_ok and not (p.allowed_token_ids or p.logit_bias or (p.min_tokens > 0 and p.stop_token_ids)
+                            or p.bad_words or p.min_p != 0.0 or forced or top_k != vocab_size or p.top_p != 1.0)
+
+
+def _penalized(p) -> bool:
+    return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+
+
+class FusedSamplingPass:
+    """The reference of `reference_type`'s release through `_fused_block_kernel` (module
+    docstring); batches the kernel does not cover go to that reference, which holds the same
+    request table."""
+
+    reference_type = SamplerPass022
+
+    def __init__(self, vocab_size: int, max_num_reqs: int, device, reasoning=None):
+        self.reference = ref = self.reference_type(vocab_size, max_num_reqs, device, reasoning)
+        self.vocab_size, self.device = vocab_size, ref.device
+        self.fused = np.zeros(max_num_reqs, dtype=bool)  # the kernel covers the request's processing
+        self.needs = np.zeros(max_num_reqs, dtype=bool)  # the request needs processing (0.27 on)
+        self.temperature = torch.zeros(max_num_reqs, dtype=torch.float32, device=self.device)
+        self.seed = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
+        self.penalties = torch.zeros((max_num_reqs, 3), dtype=torch.float32, device=self.device)
+        self.state = CompactCounts(vocab_size, max_num_reqs, self.device)
+        self._pinned = None  # host staging of each step's row table (CUDA)
+        self._copied = None  # the event after the last copy out of it
+
+    def add_request(self, slot, prompt, output, params) -> None:
+        ref = self.reference
+        ref.add_request(slot, prompt, output, params)
+        p = ref.requests[slot].params
+        self.needs[slot] = needs_processing(p, self.vocab_size, ref.forces_thinking)
+        self.fused[slot] = fused_covers(p, self.vocab_size, ref.forces_thinking)
+        if self.fused[slot]:
+            self.temperature[slot] = p.temperature
+            self.seed[slot] = p.seed
+            self.penalties[slot] = torch.tensor([p.repetition_penalty, p.frequency_penalty, p.presence_penalty])
+            if _penalized(p):
+                self.state.add(slot, prompt, output)
+
+    def remove_request(self, slot) -> None:
+        self.reference.remove_request(slot)
+        self.state.remove(slot)
+        self.fused[slot] = False
+
+    def append_output(self, slot, tokens) -> None:
+        self.reference.append_output(slot, tokens)
+        self.state.append(slot, tokens)
+
+    def sample(self, logits: torch.Tensor, rows, local_pos, input_ids, pos, processed: bool = True):
+        """(ids int64 [num_rows], the processed logits or None where `processed` is False)."""
+        ref = self.reference
+        slots = check_rows(logits, rows, local_pos, input_ids, pos, ref.occupied, self.vocab_size)
+        n = logits.shape[0]
+        in_dtype = not ref.keeps_logits_dtype or logits.dtype == torch.float32
+        raw = ref.SAMPLES_UNPROCESSED and not self.needs[slots].any()
+        # Triton specializes an integer argument that is a multiple of 16 (the load layout).
+        same_layout = raw or (logits.stride(0) % 16 == 0) == (self.vocab_size % 16 == 0)
+        if n == 0 or not in_dtype or not same_layout or not self.fused[slots].all():
+            return ref.sample(logits, rows, local_pos, input_ids, pos, processed)
+        row_info = self._row_table(slots, pos, local_pos, input_ids)
+        penalized = bool((self.state.row_of[slots] >= 0).any())
+        drafts = int(np.max(local_pos)) if penalized else 0
+        source = logits
+        if not raw and logits.dtype != torch.float32 and logits.device.type == "cpu":
+            # Torch's CPU conversion of an fp16 NaN depends on where the NaN sits in the tensor
+            # (vectorized or not); the reference copies with it, so in Triton's interpreter the
+            # kernel is handed that same copy. On CUDA both convert with the same instruction.
+            source = torch.empty_like(logits, dtype=torch.float32).copy_(logits)
+        ids, out = self.sample_rows(source, row_info, raw, penalized, drafts, write=processed and not raw)
+        return ids, ((out if out is not None else logits) if processed else None)
+
+    def sample_rows(self, source, row_info, raw: bool, penalized: bool, drafts: int, write: bool):
+        """The device work of `sample` for its checked batch: (ids, the processed logits or None)."""
+        n = source.shape[0]
+        blocks = triton.cdiv(self.vocab_size, BLOCK)
+        block_ids = torch.empty((n, blocks), dtype=torch.int64, device=self.device)
+        block_max = torch.empty((n, blocks), dtype=torch.float32, device=self.device)
+        out = torch.empty((n, self.vocab_size), dtype=torch.float32, device=self.device) if write else None
+        ref = self.reference
+        _fused_block_kernel[(n, blocks)](
+            block_ids, block_max, out if write else block_max, source, source.stride(0), row_info, n,
+            self.temperature, self.seed, self.penalties, self.state.row_of_device, self.state.counts,
+            self.state.prompt_bits, self.state.words, self.vocab_size, blocks, BLOCK=BLOCK,
+            NOISE_LOG1P=ref.NOISE_LOG1P, NOISE_MURMUR3=ref.NOISE_MURMUR3, CONTIG=0 if raw else 4,
+            PENALTIES=penalized, MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0, WRITE_PROCESSED=write)
+        return block_ids.gather(-1, block_max.argmax(-1, keepdim=True)).view(-1), out
+
+    def _row_table(self, *columns) -> torch.Tensor:
+        """int64 [4, n] on the device: slot, position, local_pos, input id of each row. On CUDA
+        through a pinned buffer, copied without blocking the host (a copy from pageable memory
+        would wait for every kernel queued before it)."""
+        n = len(columns[0])
+        if self.device.type != "cuda":
+            return torch.from_numpy(np.stack([np.asarray(c, dtype=np.int64) for c in columns]))
+        if self._pinned is None or self._pinned.numel() < 4 * n:
+            self._pinned = torch.empty(4 * max(n, 256), dtype=torch.int64, pin_memory=True)
+        elif self._copied is not None:
+            self._copied.synchronize()  # the previous step's copy has left the buffer
+        table = self._pinned[:4 * n].view(4, n)
+        host = table.numpy()
+        for i, column in enumerate(columns):
+            host[i] = column
+        on_device = table.to(self.device, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+        return on_device
+
+
+class FusedSamplingPass024(FusedSamplingPass):
+    reference_type = SamplerPass024
+
+
+class FusedSamplingPass026(FusedSamplingPass):
+    """0.26.0: fused for fp32 logits (0.24.0's result); bf16/fp16 batches go to the reference."""
+
+    reference_type = SamplerPass026
+
+
+class FusedSamplingPass027(FusedSamplingPass):
+    reference_type = SamplerPass027
+
+
+class FusedSamplingPass028(FusedSamplingPass):
+    reference_type = SamplerPass028
+
+
+class FusedSamplingPass031(FusedSamplingPass):
+    reference_type = SamplerPass031
