@@ -160,7 +160,8 @@ def fused_covers(p, vocab_size: int, forces_thinking: bool) -> bool:
                             or p.bad_words or p.min_p != 0.0 or forced or top_k != vocab_size or p.top_p != 1.0)
 
 
-def _penalized(p) -> bool:
+def penalized(p) -> bool:
+    """Whether a request has a penalty off its neutral value (normalized parameters)."""
     return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
 
 
@@ -193,7 +194,7 @@ class FusedSamplingPass:
             self.temperature[slot] = p.temperature
             self.seed[slot] = p.seed
             self.penalties[slot] = torch.tensor([p.repetition_penalty, p.frequency_penalty, p.presence_penalty])
-            if _penalized(p):
+            if penalized(p):
                 self.state.add(slot, prompt, output)
 
     def remove_request(self, slot) -> None:

@@ -89,15 +89,14 @@ def _note_rows(step: Step, temperatures: list[float], vocab: int) -> None:
 
 def _note_fused(step: Step, params: dict, case: LogitsProgram) -> None:
     """Labels of the steps the fused fast path samples itself rather than deferring."""
-    from vllm_hotpaths.sampler_mrv2.fast import fused_covers
+    from vllm_hotpaths.sampler_mrv2.fast import fused_covers, penalized
 
     forces = case.reasoning is not None and all(case.reasoning)
     if not all(fused_covers(params[s], case.vocab_size, forces) for s in step.rows):
         return
     note("a step the fused kernel samples")
     for slot, local in zip(step.rows, step.local_pos):
-        p = params[slot]
-        if p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+        if penalized(params[slot]):
             note("a penalized row the fused kernel samples")
             if local > 0:
                 note("a penalized draft row the fused kernel samples")
