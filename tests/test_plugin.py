@@ -21,6 +21,7 @@ from vllm_hotpaths import vllm_env
 batch = vllm_env.import_vllm("vllm.v1.worker.gpu_input_batch").InputBatch
 targets = {  # hot path -> what its patch replaces
     "logits_copy": (vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler").Sampler, "sample"),
+    "sampler_mrv2": (vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler").Sampler, "sample"),
     "swap_states": (batch, "swap_states"),
     "think_budget": (batch, "__init__"),
     "penalties": (vllm_env.import_vllm("vllm.v1.sample.sampler"), "apply_all_penalties"),
@@ -58,12 +59,17 @@ def test_the_entry_point_is_declared():
     assert found.get("vllm_hotpaths") == "vllm_hotpaths.plugin:register", found
 
 
-def test_a_validated_version_is_installed_once(run_cli, tmp_path):
+@pytest.mark.parametrize("name", ["logits_copy", "sampler_mrv2"])
+def test_a_validated_version_is_installed_once(run_cli, tmp_path, name):
     version = vllm_env.installed_version()
-    result = load(run_cli, tmp_path, {"logits_copy": {version: CPU_RECORD}})
+    if registry.get(name).patch_needed(version):
+        pytest.skip(f"{name}: {registry.get(name).patch_needed(version)}")
+    result = load(run_cli, tmp_path, {name: {version: CPU_RECORD}})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "logits_copy PATCHED" in result.stdout, result.stdout
-    assert result.stdout.count(f"logits_copy installed for vLLM {version}") == 1, result.stdout
+    assert f"{name} PATCHED" in result.stdout, result.stdout
+    assert result.stdout.count(f"{name} installed for vLLM {version}") == 1, result.stdout
+    other = "sampler_mrv2" if name == "logits_copy" else "logits_copy"
+    assert f"{other} is not validated for vLLM {version}" in result.stdout, result.stdout
 
 
 def test_each_hot_path_is_installed_only_where_validated(run_cli, tmp_path):
@@ -71,6 +77,7 @@ def test_each_hot_path_is_installed_only_where_validated(run_cli, tmp_path):
     result = load(run_cli, tmp_path, {"swap_states": {version: CPU_RECORD}})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "swap_states PATCHED" in result.stdout and "logits_copy UPSTREAM" in result.stdout, result.stdout
+    assert "sampler_mrv2 UPSTREAM" in result.stdout, result.stdout
     assert f"swap_states installed for vLLM {version}" in result.stdout, result.stdout
     assert f"logits_copy is not validated for vLLM {version}" in result.stdout, result.stdout
     assert "holder ThinkingBudgetStateHolder" in result.stdout and "output list list" in result.stdout
@@ -84,6 +91,8 @@ def test_a_patch_says_where_upstream_needs_none():
     assert "already skips the copy" in get("logits_copy").patch_needed("0.27.0")
     assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.26.0")
     assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.21.0")
+    assert get("sampler_mrv2").patch_needed("0.22.0") is None
+    assert "written for vLLM 0.22.x" in get("sampler_mrv2").patch_needed("0.24.0")
     assert get("swap_states").patch_needed("0.33.0") is None
     assert get("penalties").patch_needed("0.22.0") is None
 

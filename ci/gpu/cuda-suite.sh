@@ -20,6 +20,9 @@
 #            "gate" honours OVERLAYS too (GATE_STAGED=0 leaves out the staged version's run): each
 #            overlay's gate writes its report in $OUT/gate-<vLLM version>; so does "bench"
 #            ($OUT/bench-<vLLM version>.json; BENCH_STAGED=0 likewise)
+#            "sampler-e2e": ci/gpu/sampler-e2e.py (the sampler_mrv2 patch in a Model Runner V2
+#            engine against upstream, alternating pairs; needs vLLM 0.22.x) with SAMPLER_E2E_ARGS,
+#            JSON in $OUT/sampler-e2e.json
 #            "equivalence": the equivalence law's cuda rows alone (the fast paths against their
 #            references, no vLLM needed), PROFILE draws, WORKERS workers
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
@@ -119,7 +122,12 @@ if [[ " $PARTS " == *" quality "* ]]; then
     fi
   done
 fi
-echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc"
+e2e_rc=0
+if [[ " $PARTS " == *" sampler-e2e "* ]]; then
+  python ci/gpu/sampler-e2e.py ${SAMPLER_E2E_ARGS:-} --json "$OUT/sampler-e2e.json" || e2e_rc=1
+fi
+echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc, sampler-e2e exit $e2e_rc"
+bench_rc=$(( bench_rc > e2e_rc ? bench_rc : e2e_rc ))
 worst=$(( gate_rc > bench_rc ? gate_rc : bench_rc ))
 worst=$(( worst > mrv2_rc ? worst : mrv2_rc ))
 exit $(( worst > quality_rc ? worst : quality_rc ))

@@ -73,7 +73,7 @@ FusedTiesToHigherLane = _fast("FusedTiesToHigherLane", [
 
 # The noise keyed by the position of the token being sampled (the row's position + 1).
 FusedNoiseAtNextPosition = _fast("FusedNoiseAtNextPosition", [
-    ("pos = tl.load(rows_ptr + n_rows + row)", "pos = tl.load(rows_ptr + n_rows + row) + 1")])
+    ("pos = tl.load(pos_ptr + row)", "pos = tl.load(pos_ptr + row) + 1")])
 
 # A correctly rounded temperature division where upstream's compiled kernel divides approximately
 # (the same in Triton's interpreter: CUDA only).

@@ -496,6 +496,7 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.testing.live.sampler_mrv2:live_sampling_pass",
         bench="vllm_hotpaths.testing.bench.sampler_mrv2:run",
         triton=True,
+        patch="vllm_hotpaths.sampler_mrv2.patch:install",
         checks="vllm_hotpaths.testing.cases.sampler_mrv2:SamplingPassChecks",
         runner="mrv2",
         since="0.22.0",

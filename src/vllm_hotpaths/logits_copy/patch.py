@@ -84,6 +84,9 @@ def install(version: str | None = None) -> list[str]:
                                        pos, apply_temperature=False, use_fp64=self.use_fp64_gumbel)
         return sampled, logits
 
-    UPSTREAM.update(add_request=upstream_add, sample=upstream_sample)
+    # Another patch may have replaced these already: UPSTREAM keeps vLLM's own.
+    UPSTREAM.update(add_request=getattr(upstream_add, "hotpaths_upstream", upstream_add),
+                    sample=getattr(upstream_sample, "hotpaths_upstream", upstream_sample))
+    add_request.hotpaths_upstream, sample.hotpaths_upstream = UPSTREAM["add_request"], UPSTREAM["sample"]
     sampler.add_request, sampler.sample = add_request, sample
     return ["Sampler.add_request", "Sampler.sample"]

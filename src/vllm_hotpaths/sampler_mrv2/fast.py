@@ -43,12 +43,13 @@ from vllm_hotpaths.sampler_mrv2.reference import (BLOCK, SamplerPass022, Sampler
 
 
 @triton.jit
-def _fused_block_kernel(block_ids_ptr, block_max_ptr, processed_ptr, logits_ptr, row_stride, rows_ptr, n_rows,
-                        temp_ptr, seed_ptr, penalties_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words,
-                        vocab_size, num_blocks, BLOCK: tl.constexpr, NOISE_LOG1P: tl.constexpr,
-                        NOISE_MURMUR3: tl.constexpr, CONTIG: tl.constexpr, PENALTIES: tl.constexpr,
-                        MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr):
-    # rows_ptr: int64 [4, n_rows] = slot, position, local_pos, input id of each logits row.
+def _fused_block_kernel(block_ids_ptr, block_max_ptr, processed_ptr, logits_ptr, row_stride, slot_ptr, pos_ptr,
+                        local_pos_ptr, input_ids_ptr, temp_ptr, seed_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr,
+                        counts_ptr, prompt_bits_ptr, words, vocab_size, num_blocks, BLOCK: tl.constexpr,
+                        NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr, CONTIG: tl.constexpr,
+                        PENALTIES: tl.constexpr, MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr):
+    # Per logits row: its request's slot, the position of its input token, its place among its
+    # request's rows (0: the first) and that input token (vLLM's own row tensors fit as they are).
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     lanes = block * BLOCK + tl.arange(0, BLOCK)
@@ -57,22 +58,22 @@ def _fused_block_kernel(block_ids_ptr, block_max_ptr, processed_ptr, logits_ptr,
     if CONTIG:
         offsets = tl.max_contiguous(offsets, CONTIG)
     x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
-    slot = tl.load(rows_ptr + row)
+    slot = tl.load(slot_ptr + row)
     if PENALTIES:
         pen_row = tl.load(pen_row_ptr + slot).to(tl.int64)
         if pen_row >= 0:
-            rep = tl.load(penalties_ptr + 3 * slot)
-            freq = tl.load(penalties_ptr + 3 * slot + 1)
-            pres = tl.load(penalties_ptr + 3 * slot + 2)
+            rep = tl.load(rep_ptr + slot)
+            freq = tl.load(freq_ptr + slot)
+            pres = tl.load(pres_ptr + slot)
             if rep != 1.0 or freq != 0.0 or pres != 0.0:
                 count_offsets = pen_row * vocab_size + lanes
                 if CONTIG:
                     count_offsets = tl.max_contiguous(count_offsets, CONTIG)
                 counts = tl.load(counts_ptr + count_offsets, mask=inside, other=0)
                 # The row's earlier drafts count too: input ids of its request's rows 1..local_pos.
-                local_pos = tl.load(rows_ptr + 2 * n_rows + row)
+                local_pos = tl.load(local_pos_ptr + row)
                 for j in tl.static_range(MAX_DRAFTS):
-                    draft = tl.load(rows_ptr + 3 * n_rows + row - local_pos + 1 + j, mask=j < local_pos, other=-1)
+                    draft = tl.load(input_ids_ptr + row - local_pos + 1 + j, mask=j < local_pos, other=-1)
                     counts += (lanes == draft).to(tl.int32)
                 seen = counts > 0
                 if rep != 1.0:
@@ -88,12 +89,37 @@ def _fused_block_kernel(block_ids_ptr, block_max_ptr, processed_ptr, logits_ptr,
     if WRITE_PROCESSED:
         tl.store(processed_ptr + row * vocab_size + lanes, x, mask=inside)
     if t != 0.0:
-        pos = tl.load(rows_ptr + n_rows + row)
+        pos = tl.load(pos_ptr + row)
         noise = gumbel_noise(tl.load(seed_ptr + slot), pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
         x = tl.where(inside, x + noise, float("-inf"))
     top, lane = tl.max(x, axis=0, return_indices=True)
     tl.store(block_ids_ptr + row * num_blocks + block, block * BLOCK + lane)
     tl.store(block_max_ptr + row * num_blocks + block, top)
+
+
+def fused_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, repetition, frequency, presence,
+                 penalty_rows, counts, prompt_bits, noise: tuple[bool, bool], raw: bool, penalized: bool, drafts: int,
+                 write: bool):
+    """`_fused_block_kernel` over every (row, block) of `logits`, then the first block holding the
+    largest maximum: (ids int64 [rows], the processed logits fp32 or None where not `write`).
+    Per row: `slots`, `pos`, `local_pos`, `input_ids`. Per slot: `temperature`, `seeds`, the three
+    penalties and `penalty_rows` (its row of `counts` [rows, V] int32 and of `prompt_bits`
+    [rows, ceil(V / 32)] int32, bit i % 32 of word i // 32 for id i; -1: none). `noise`: the
+    release's (NOISE_LOG1P, NOISE_MURMUR3); `raw`: the caller's logits are what upstream reduces
+    (its load layout), else an fp32 copy's; `penalized`: some row may have a penalty; `drafts`: at
+    least the largest `local_pos`."""
+    n, vocab_size = logits.shape
+    blocks = triton.cdiv(vocab_size, BLOCK)
+    block_ids = torch.empty((n, blocks), dtype=torch.int64, device=logits.device)
+    block_max = torch.empty((n, blocks), dtype=torch.float32, device=logits.device)
+    out = torch.empty((n, vocab_size), dtype=torch.float32, device=logits.device) if write else None
+    _fused_block_kernel[(n, blocks)](
+        block_ids, block_max, out if write else block_max, logits, logits.stride(0), slots, pos, local_pos,
+        input_ids, temperature, seeds, repetition, frequency, presence, penalty_rows, counts, prompt_bits,
+        prompt_bits.shape[1], vocab_size, blocks, BLOCK=BLOCK, NOISE_LOG1P=noise[0], NOISE_MURMUR3=noise[1],
+        CONTIG=0 if raw else 4, PENALTIES=penalized, MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0,
+        WRITE_PROCESSED=write)
+    return block_ids.gather(-1, block_max.argmax(-1, keepdim=True)).view(-1), out
 
 
 class CompactCounts:
@@ -179,7 +205,7 @@ class FusedSamplingPass:
         self.needs = np.zeros(max_num_reqs, dtype=bool)  # the request needs processing (0.27 on)
         self.temperature = torch.zeros(max_num_reqs, dtype=torch.float32, device=self.device)
         self.seed = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
-        self.penalties = torch.zeros((max_num_reqs, 3), dtype=torch.float32, device=self.device)
+        self.penalties = torch.zeros((3, max_num_reqs), dtype=torch.float32, device=self.device)  # rep, freq, pres
         self.state = CompactCounts(vocab_size, max_num_reqs, self.device)
         self._pinned = None  # host staging of each step's row table (CUDA)
         self._copied = None  # the event after the last copy out of it
@@ -193,7 +219,7 @@ class FusedSamplingPass:
         if self.fused[slot]:
             self.temperature[slot] = p.temperature
             self.seed[slot] = p.seed
-            self.penalties[slot] = torch.tensor([p.repetition_penalty, p.frequency_penalty, p.presence_penalty])
+            self.penalties[:, slot] = torch.tensor([p.repetition_penalty, p.frequency_penalty, p.presence_penalty])
             if penalized(p):
                 self.state.add(slot, prompt, output)
 
@@ -231,19 +257,10 @@ class FusedSamplingPass:
 
     def sample_rows(self, source, row_info, raw: bool, penalized: bool, drafts: int, write: bool):
         """The device work of `sample` for its checked batch: (ids, the processed logits or None)."""
-        n = source.shape[0]
-        blocks = triton.cdiv(self.vocab_size, BLOCK)
-        block_ids = torch.empty((n, blocks), dtype=torch.int64, device=self.device)
-        block_max = torch.empty((n, blocks), dtype=torch.float32, device=self.device)
-        out = torch.empty((n, self.vocab_size), dtype=torch.float32, device=self.device) if write else None
-        ref = self.reference
-        _fused_block_kernel[(n, blocks)](
-            block_ids, block_max, out if write else block_max, source, source.stride(0), row_info, n,
-            self.temperature, self.seed, self.penalties, self.state.row_of_device, self.state.counts,
-            self.state.prompt_bits, self.state.words, self.vocab_size, blocks, BLOCK=BLOCK,
-            NOISE_LOG1P=ref.NOISE_LOG1P, NOISE_MURMUR3=ref.NOISE_MURMUR3, CONTIG=0 if raw else 4,
-            PENALTIES=penalized, MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0, WRITE_PROCESSED=write)
-        return block_ids.gather(-1, block_max.argmax(-1, keepdim=True)).view(-1), out
+        state, ref = self.state, self.reference
+        return fused_sample(source, *row_info, self.temperature, self.seed, *self.penalties, state.row_of_device,
+                            state.counts, state.prompt_bits, noise=(ref.NOISE_LOG1P, ref.NOISE_MURMUR3), raw=raw,
+                            penalized=penalized, drafts=drafts, write=write)
 
     def _row_table(self, *columns) -> torch.Tensor:
         """int64 [4, n] on the device: slot, position, local_pos, input id of each row. On CUDA

@@ -64,6 +64,10 @@ def _upstream(batch: int, vocab: int, params: list[RequestParams], device):
     """(the live sampler, a call taking one logits copy's prebuilt arguments), or None without vLLM."""
     if vllm_env.installed_version() is None:
         return None
+    if plugin_applies():
+        from vllm_hotpaths.sampler_mrv2 import patch
+
+        patch.install()  # before the requests arrive: its add_request flags them
     live = registry.get("sampler_mrv2").live_factory()(vocab, batch, device, max_model_len=64)
     for slot, p in enumerate(params):
         live.add_request(slot, [slot % vocab] * 4, [], p)
@@ -75,6 +79,22 @@ def _upstream(batch: int, vocab: int, params: list[RequestParams], device):
 
     live.sampler.num_speculative_tokens = 1
     return live, prebuilt
+
+
+def plugin_applies() -> bool:
+    """Whether the plugin's sampler_mrv2 patch is written for the installed vLLM."""
+    installed = vllm_env.installed_version()
+    return installed is not None and registry.get("sampler_mrv2").patch_needed(installed) is None
+
+
+def upstream_sample():
+    """vLLM's own `Sampler.sample`, whether or not the patch replaced it."""
+    if plugin_applies():
+        from vllm_hotpaths.sampler_mrv2 import patch
+
+        if patch.UPSTREAM:
+            return patch.UPSTREAM["sample"]
+    return vllm_env.import_vllm("vllm.v1.worker.gpu.sample.sampler").Sampler.sample
 
 
 def run(device: str = "cuda", quick: bool = False) -> list[dict]:
@@ -143,15 +163,24 @@ def measure(device: str, batches, vocab: int) -> list[dict]:
             if upstream is not None:
                 live, prebuilt = upstream
                 built = [prebuilt(*a) for a in copies]
-                up_ids, _ = live.sampler.sample(**built[0])
+                vllm_sample = upstream_sample()
+                up_call = lambda kwargs: vllm_sample(live.sampler, **kwargs)  # noqa: E731
+                up_ids, _ = up_call(built[0])
                 assert torch.equal(up_ids.view(-1).to(torch.int64), want), (batch, kind, "upstream vs reference")
-                up_nan, _ = live.sampler.sample(**prebuilt(*nan_args))
+                up_nan, _ = up_call(prebuilt(*nan_args))
                 assert torch.equal(up_nan.view(-1).to(torch.int64), nan_want), (batch, kind, "upstream NaN rows")
-                up_call = lambda kwargs: live.sampler.sample(**kwargs)  # noqa: E731
                 record["upstream_s"] = wall_time(up_call, built)
                 record["upstream_device_s"] = triton.testing.do_bench(lambda: up_call(built[0])) * 1e-3
                 record["upstream_state_bytes"] = _tensor_bytes(live.sampler.penalties_state)
                 record["ratio"] = record["upstream_s"] / record["fast_s"]
+                if plugin_applies():  # the patched Sampler.sample, called as the model runner calls it
+                    patched = lambda kwargs: live.sampler.sample(**kwargs)  # noqa: E731
+                    assert torch.equal(patched(built[0])[0].view(-1).to(torch.int64), want), (batch, kind, "plugin")
+                    assert torch.equal(patched(prebuilt(*nan_args))[0].view(-1).to(torch.int64), nan_want), \
+                        (batch, kind, "plugin NaN rows")
+                    record["plugin_s"] = wall_time(patched, built)
+                    record["plugin_device_s"] = triton.testing.do_bench(lambda: patched(built[0])) * 1e-3
+                    record["plugin_ratio"] = record["upstream_s"] / record["plugin_s"]
                 del live, built
             if upstream is None:
                 record["case"] = f"{kind}: reference {version} vs fused"
@@ -164,7 +193,9 @@ def measure(device: str, batches, vocab: int) -> list[dict]:
                   f"{record.get('upstream_device_s', float('nan')) * 1e3:8.3f}ms "
                   f"{record['fast_device_s'] * 1e3:6.3f}ms {read_s * 1e3:5.3f}ms "
                   f"{record['greedy_device_s'] * 1e3:5.3f}ms | {record['reference_s'] * 1e3:7.3f}ms  "
-                  f"(fused kernel alone {record['fast_kernel_s'] * 1e3:.3f}ms)")
+                  f"(fused kernel alone {record['fast_kernel_s'] * 1e3:.3f}ms)"
+                  + (f" | plugin {record['plugin_s'] * 1e3:.3f}ms {record['plugin_ratio']:.2f}x, device "
+                     f"{record['plugin_device_s'] * 1e3:.3f}ms" if "plugin_s" in record else ""))
             records.append(record)
             del fast, reference, fast_greedy
             torch.cuda.empty_cache()

@@ -142,6 +142,35 @@ class SamplingPassChecks(Checks):
     def agree(self, case: LogitsProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         assert_same_sampling(case, expected, actual, device, alone=not is_live(actual))
 
+    def patch_agrees(self, case: LogitsProgram, device, log: CaseLog) -> None:
+        """vLLM's `Sampler.sample` with the plugin's patch installed draws the same ids as the
+        upstream method it replaced; under the `processed_logprobs` mode its processed logits are
+        upstream's bit for bit, under `raw_logprobs` (never read by `Sampler.__call__`) the fused
+        pass returns None for them. Each step runs under both modes."""
+        from vllm_hotpaths import registry, vllm_env
+        from vllm_hotpaths.sampler_mrv2 import patch
+
+        patch.install()
+        (live,) = case.samplers(registry.get(self.hotpath).live_factory(), device=device)
+        sampler = live.sampler
+        for i, step in enumerate(run(case, (live,), device)):
+            args = live.sampler_args(*step.args())
+            sampler.num_speculative_tokens = max(step.local_pos, default=0) + 1  # as the engine's bound
+            want_ids, want = vllm_env.call(patch.UPSTREAM["sample"], sampler, **args)
+            for mode in ("raw_logprobs", "processed_logprobs"):
+                sampler.logprobs_mode = mode
+                before = step.logits.clone()
+                ids, out = vllm_env.call(sampler.sample, **args)
+                assert_same_bits(step.logits, before, f"step {i}, {mode}: the caller's logits after the patched call")
+                assert torch.equal(ids.view(-1).to(torch.int64), want_ids.view(-1).to(torch.int64)), \
+                    f"step {i}, {mode}: patched {ids.tolist()}, upstream {want_ids.tolist()}"
+                if out is None:
+                    assert mode == "raw_logprobs", f"step {i}: no processed logits under {mode}"
+                    note("a step the patch samples with the fused kernel")
+                else:
+                    assert_same_bits(out.float(), want.float(), f"step {i}, {mode}: processed logits, patched vs "
+                                                                "upstream")
+
     def error_cases(self):
         from strategies import sampler_bad_inputs
 
