@@ -210,6 +210,17 @@ class FusedSamplingPass:
         self._pinned = None  # host staging of each step's row table (CUDA)
         self._copied = None  # the event after the last copy out of it
 
+    def __deepcopy__(self, memo):
+        """A copy with its own host staging (a CUDA event cannot be copied; the copy's first
+        step makes a new buffer)."""
+        import copy
+
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        for name, value in vars(self).items():
+            setattr(twin, name, None if name in ("_pinned", "_copied") else copy.deepcopy(value, memo))
+        return twin
+
     def add_request(self, slot, prompt, output, params) -> None:
         ref = self.reference
         ref.add_request(slot, prompt, output, params)

@@ -116,7 +116,7 @@ class SamplingPassChecks(Checks):
                   "a step the fused kernel samples", "a penalized row the fused kernel samples",
                   "a penalized draft row the fused kernel samples")
     triton = True
-    law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda")}
+    law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "patch": ("cpu", "cuda")}
 
     def cases(self):
         from strategies import sampler_programs
@@ -146,7 +146,13 @@ class SamplingPassChecks(Checks):
         """vLLM's `Sampler.sample` with the plugin's patch installed draws the same ids as the
         upstream method it replaced; under the `processed_logprobs` mode its processed logits are
         upstream's bit for bit, under `raw_logprobs` (never read by `Sampler.__call__`) the fused
-        pass returns None for them. Each step runs under both modes."""
+        pass returns None for them. Each step runs under both modes.
+
+        A step the patch hands to upstream whose batch holds allowed ids is compared on CPU only:
+        on CUDA, vLLM 0.22's `_bias_kernel` fills the row with -inf and restores the allowed
+        logits with no barrier between the two stores, so two upstream calls on the same inputs
+        may differ (vLLM added `tl.debug_barrier()` there later). There the law checks that the
+        patch defers."""
         from vllm_hotpaths import registry, vllm_env
         from vllm_hotpaths.sampler_mrv2 import patch
 
@@ -156,6 +162,11 @@ class SamplingPassChecks(Checks):
         for i, step in enumerate(run(case, (live,), device)):
             args = live.sampler_args(*step.args())
             sampler.num_speculative_tokens = max(step.local_pos, default=0) + 1  # as the engine's bound
+            deferred = vllm_env.call(patch.fused_or_none, sampler, **args) is None
+            allowed = sampler.logit_bias_state.num_allowed_token_ids.np[args["idx_mapping_np"]].any()
+            if deferred and allowed and step.logits.is_cuda:
+                note("a step with allowed ids the patch defers (CUDA: upstream races)")
+                continue
             want_ids, want = vllm_env.call(patch.UPSTREAM["sample"], sampler, **args)
             for mode in ("raw_logprobs", "processed_logprobs"):
                 sampler.logprobs_mode = mode
@@ -165,7 +176,7 @@ class SamplingPassChecks(Checks):
                 assert torch.equal(ids.view(-1).to(torch.int64), want_ids.view(-1).to(torch.int64)), \
                     f"step {i}, {mode}: patched {ids.tolist()}, upstream {want_ids.tolist()}"
                 if out is None:
-                    assert mode == "raw_logprobs", f"step {i}: no processed logits under {mode}"
+                    assert mode == "raw_logprobs" and not deferred, f"step {i}: no processed logits under {mode}"
                     note("a step the patch samples with the fused kernel")
                 else:
                     assert_same_bits(out.float(), want.float(), f"step {i}, {mode}: processed logits, patched vs "
