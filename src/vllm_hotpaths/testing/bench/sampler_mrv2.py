@@ -12,7 +12,11 @@ presence 1.5. Timed side by side in one run:
   fused kernel alone (its row table prebuilt, no host checks);
 - floors: one read of the logits (`amax` over each row) and, for the noise, the fused kernel on a
   greedy batch (no noise drawn) against the same batch seeded;
-- the reference of the same release, a secondary baseline (labelled `reference`).
+- the reference of the same release, a secondary baseline (labelled `reference`);
+- where the plugin's patch is written for the installed vLLM (0.22.x): the patched
+  `Sampler.sample` itself (`plugin`), called with the same prebuilt arguments as upstream's: the
+  fused kernel on vLLM's own state, no row table to build (upstream timed through the method the
+  patch replaced).
 
 Before timing, the ids of all three agree on the batch and on a copy with 5% NaN lanes (several
 NaNs to a block: the block reduction's order decides where they land).
