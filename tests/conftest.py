@@ -1,8 +1,19 @@
+import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+
+def gpu_script(root: Path, filename: str):
+    """A script of ci/gpu/ (hyphenated, so not importable by name) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(filename.removesuffix(".py").replace("-", "_"),
+                                                  root / "ci" / "gpu" / filename)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -7,14 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.conftest import gpu_script
+
 
 @pytest.fixture(scope="module")
 def script(pytestconfig):
-    path = pytestconfig.rootpath / "ci" / "gpu" / "mrv2-profile.py"
-    spec = importlib.util.spec_from_file_location("mrv2_profile", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_script(pytestconfig.rootpath, "mrv2-profile.py")
 
 
 def test_arguments_and_their_refusals(script, capsys):

@@ -2,20 +2,17 @@
 (every kind of request the patch takes or defers), and that what it patches and times exists in
 the installed vLLM."""
 
-import importlib.util
 
 import pytest
+
+from tests.conftest import gpu_script
 
 from vllm_hotpaths import vllm_env
 
 
 @pytest.fixture(scope="module")
 def script(pytestconfig):
-    path = pytestconfig.rootpath / "ci" / "gpu" / "sampler-e2e.py"
-    spec = importlib.util.spec_from_file_location("sampler_e2e", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_script(pytestconfig.rootpath, "sampler-e2e.py")
 
 
 def test_arguments_and_their_refusals(script, capsys):
