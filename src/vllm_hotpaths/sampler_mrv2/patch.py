@@ -1,16 +1,17 @@
 """Installs the fused sampling pass into vLLM 0.22's Model Runner V2 `Sampler.sample`.
 
 `Sampler.add_request` also sets the slot's flag: the fused kernel covers the request
-(`fast.fused_covers`: temperature, penalties, no top-k/top-p, logit bias, allowed ids, min tokens
-with stop ids, bad words or min_p). `Sampler.sample`, when every request of the batch is flagged,
-runs `fast.fused_sample` on vLLM's own state: the row tensors it is called with, the temperatures
-and seeds of `sampling_states`, the penalties, prompt bitmask and dense output counts of
-`penalties_state` (a slot's counts are its own row there). It returns the ids and, under the
+(`fast.fused_covers`: temperature and penalties only; no top-k/top-p, logit bias, allowed ids,
+min tokens with stop ids, bad words or min_p). `Sampler.sample`, when every request of the batch
+is flagged, runs `fast.fused_sample` on vLLM's own state: the row tensors it is called with, the
+temperatures and seeds of `sampling_states`, the penalties, prompt bitmask and dense output
+counts of `penalties_state` (a slot's counts are its own row there). It returns the ids and, under the
 `processed_logprobs` mode, the processed logits; under `raw_logprobs`, where `Sampler.__call__`
 never reads them, None instead of a tensor nobody asked for. Batches it cannot vouch for go to
 the `sample` it replaced: a request it does not cover, parameters `RequestParams` refuses, the fp64
-noise option, and a row stride whose alignment class differs from the vocabulary's (the load
-layout would differ from upstream's fp32 copy's, and with it which of two NaNs wins).
+noise option, logits other than fp32/bf16/fp16 rows of unit stride, and a row stride whose
+alignment class differs from the vocabulary's (the load layout would differ from upstream's fp32
+copy's, and with it which of two NaNs wins).
 
 The penalty state stays upstream's (`output_bin_counts` is written by the model runner's
 `post_update` after each step): the plugin changes the speed of the pass, not its memory.
@@ -31,6 +32,7 @@ from vllm_hotpaths.sampler_mrv2.reference import SamplerPass022
 SAMPLER = "vllm.v1.worker.gpu.sample.sampler"
 UPSTREAM: dict[str, object] = {}  # the methods as vLLM ships them, for the properties' unpatched side
 NOISE = (SamplerPass022.NOISE_LOG1P, SamplerPass022.NOISE_MURMUR3)
+LOADED = (torch.float32, torch.bfloat16, torch.float16)  # the kernel upcasts these as upstream's copy does
 
 
 def supports(version: str | None) -> bool:
@@ -56,7 +58,8 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
     one it vouches for."""
     flags = sampler.__dict__.get("_hotpaths_fused")
     vocab = sampler.sampling_states.vocab_size
-    if (flags is None or sampler.use_fp64_gumbel or logits.shape[0] == 0 or logits.shape[1] != vocab
+    if (flags is None or sampler.use_fp64_gumbel or logits.dim() != 2 or logits.shape[0] == 0
+            or logits.shape[1] != vocab or logits.dtype not in LOADED or logits.stride(1) != 1
             or (logits.stride(0) % 16 == 0) != (vocab % 16 == 0) or not flags[idx_mapping_np].all()):
         return None
     penalties = sampler.penalties_state

@@ -1,0 +1,29 @@
+"""The sampler_mrv2 plugin patch's refusals, on the installed vLLM's own sampler (CPU): what it
+leaves to the `sample` it replaced before any kernel runs. (Its equivalence with upstream is the
+patch law, `properties/test_patch.py`.)"""
+
+import pytest
+
+from vllm_hotpaths import vllm_env
+
+
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_the_patch_leaves_logits_it_cannot_load_to_upstream():
+    """Logits the kernel does not read as upstream's copy does (a view whose ids are not adjacent,
+    fp64) go to the replaced `sample` (`fused_or_none` is None) before any kernel runs."""
+    import torch
+
+    from vllm_hotpaths import registry
+    from vllm_hotpaths.logits_copy import RequestParams
+    from vllm_hotpaths.sampler_mrv2 import patch
+
+    if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
+        pytest.skip("the patch is not written for the installed vLLM")
+    patch.install()
+    live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
+    live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
+    live.add_request(1, [3], [], RequestParams(temperature=0.0, seed=4))
+    args = live.sampler_args(torch.zeros(2, 64), [0, 1], [0, 0], [5, 6], [2, 1])
+    assert live.sampler.__dict__["_hotpaths_fused"][:2].all()
+    for logits in (torch.zeros(2, 128)[:, ::2], torch.zeros(2, 64, dtype=torch.float64)):
+        assert vllm_env.call(patch.fused_or_none, live.sampler, **{**args, "logits": logits}) is None
