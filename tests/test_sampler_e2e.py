@@ -19,7 +19,9 @@ def test_arguments_and_their_refusals(script, capsys):
     args = script.parse_args([])
     assert (args.batches, args.length, args.window, args.pairs) == ([128, 1024], 160, 40, 5)
     assert script.parse_args(["--batches", "1024", "--json", "e.json"]).batches == [1024]
-    for bad, message in ((["--pairs", "0"], "must be positive"), (["--length", "70"], "must exceed --window")):
+    assert args.tables == "dense" and script.parse_args(["--tables", "compact", "--compare", "d.json"]).compare
+    for bad, message in ((["--pairs", "0"], "must be positive"), (["--length", "70"], "must exceed --window"),
+                         (["--compare", "d.json"], "goes with --tables compact")):
         with pytest.raises(SystemExit) as exit:
             script.parse_args(bad)
         assert exit.value.code == 2 and message in capsys.readouterr().err
@@ -39,10 +41,27 @@ def test_the_ids_batch_holds_what_the_patch_takes_and_defers(script):
     assert len({p["max_tokens"] for p in params}) > 1, "lengths that differ, so the batch shrinks"
 
 
+def test_the_compact_run_finds_ids_and_kv_blocks_that_differ_from_the_dense_run(script, tmp_path, capsys):
+    import json
+
+    dense = {"ids_batch": {"ids": [[1, 2], [3]]}, "timed_ids_sha256": {"128 no penalty": "a", "128 presence 1.5": "b"},
+             "memory": {"num_gpu_blocks": 100, "table_bytes_at_start": 641_777_664}}
+    path = tmp_path / "dense.json"
+    path.write_text(json.dumps(dense))
+    memory = {"num_gpu_blocks": 103, "block_size": 16, "kv_bytes_per_token": 10}
+    same = script.compare(str(path), [[1, 2], [3]], {"128 no penalty": "a", "128 presence 1.5": "b"}, memory)
+    assert same == {"differ": False, "ids_batch_differ": [], "timed_differ": [], "kv_blocks_gained": 3,
+                    "kv_bytes_gained": 480}
+    other = script.compare(str(path), [[1, 2], [4]], {"128 no penalty": "a", "128 presence 1.5": "c"}, memory)
+    assert other["differ"] and other["ids_batch_differ"] == [1] and other["timed_differ"] == ["128 presence 1.5"]
+    assert "+3 blocks (+480 B)" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
 def test_what_it_patches_and_counts_exists_in_vllm():
     from vllm_hotpaths.sampler_mrv2 import patch
 
     sampler = vllm_env.import_vllm(patch.SAMPLER).Sampler
     runner = vllm_env.import_vllm("vllm.v1.worker.gpu.model_runner").GPUModelRunner
-    assert callable(sampler.sample) and callable(runner.execute_model)
+    penalties = vllm_env.import_vllm(patch.PENALTIES).PenaltiesState
+    assert callable(sampler.sample) and callable(runner.execute_model) and callable(penalties.apply_staged_writes)

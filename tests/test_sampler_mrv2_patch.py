@@ -27,3 +27,42 @@ def test_the_patch_leaves_logits_it_cannot_load_to_upstream():
     assert live.sampler.__dict__["_hotpaths_fused"][:2].all()
     for logits in (torch.zeros(2, 128)[:, ::2], torch.zeros(2, 64, dtype=torch.float64)):
         assert vllm_env.call(patch.fused_or_none, live.sampler, **{**args, "logits": logits}) is None
+
+
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_the_patched_penalty_tables_hold_rows_only_for_penalized_requests():
+    """vLLM's PenaltiesState under the patch: no bytes until a penalized request is admitted,
+    then a row per penalized request, none again after they leave and a request is admitted; with
+    every slot penalized, exactly upstream's dense tables' bytes."""
+    from vllm_hotpaths import registry
+    from vllm_hotpaths.logits_copy import RequestParams
+    from vllm_hotpaths.sampler_mrv2 import patch
+
+    if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
+        pytest.skip("the patch is not written for the installed vLLM")
+    patch.install()
+    factory = registry.get("sampler_mrv2").live_factory()
+    vocab, slots = 100, 4
+    with patch.upstream_tables():
+        dense = factory(vocab, slots, "cpu").sampler.penalties_state
+    dense_bytes = dense.output_bin_counts.nbytes + dense.prompt_bin_mask.nbytes
+    live = factory(vocab, slots, "cpu")
+    table = patch.table_of(live.sampler.penalties_state)
+    plain, penalized = RequestParams(temperature=1.0, seed=1), RequestParams(temperature=1.0, seed=1,
+                                                                              presence_penalty=1.5)
+    live.add_request(0, [1, 2], [], plain)
+    assert table.nbytes == 0
+    live.add_request(1, [3], [4, 4], penalized)
+    assert list(table.row_of) == [-1, 0, -1, -1] and table.nbytes == (vocab + 4) * 4
+    assert table.counts[0, 4] == 2 and table.prompt_bits[0, 0] == 1 << 3
+    live.append_output(1, [4, 7])
+    live.append_output(0, [7])
+    assert table.counts[0, 4] == 3 and table.counts[0, 7] == 1 and int(table.counts.sum()) == 4
+    live.remove_request(1)
+    live.add_request(2, [5], [], plain)
+    assert table.nbytes == 0 and (table.row_of == -1).all()
+    for slot in (0, 2):
+        live.remove_request(slot)
+    for slot in range(slots):
+        live.add_request(slot, [slot], [], penalized)
+    assert table.nbytes == dense_bytes

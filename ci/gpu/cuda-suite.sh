@@ -21,8 +21,9 @@
 #            overlay's gate writes its report in $OUT/gate-<vLLM version>; so does "bench"
 #            ($OUT/bench-<vLLM version>.json; BENCH_STAGED=0 likewise)
 #            "sampler-e2e": ci/gpu/sampler-e2e.py (the sampler_mrv2 patch in a Model Runner V2
-#            engine against upstream, alternating pairs; needs vLLM 0.22.x) with SAMPLER_E2E_ARGS,
-#            JSON in $OUT/sampler-e2e.json
+#            engine against upstream, alternating pairs, on upstream's dense penalty tables; then
+#            an engine with the patch's compact tables, compared with the first; needs vLLM
+#            0.22.x) with SAMPLER_E2E_ARGS, JSON in $OUT/sampler-e2e{,-compact}.json
 #            "equivalence": the equivalence law's cuda rows alone (the fast paths against their
 #            references, no vLLM needed), PROFILE draws, WORKERS workers
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
@@ -125,6 +126,8 @@ fi
 e2e_rc=0
 if [[ " $PARTS " == *" sampler-e2e "* ]]; then
   python ci/gpu/sampler-e2e.py ${SAMPLER_E2E_ARGS:-} --json "$OUT/sampler-e2e.json" || e2e_rc=1
+  python ci/gpu/sampler-e2e.py ${SAMPLER_E2E_ARGS:-} --tables compact --compare "$OUT/sampler-e2e.json" \
+    --json "$OUT/sampler-e2e-compact.json" || e2e_rc=1
 fi
 echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc, sampler-e2e exit $e2e_rc"
 bench_rc=$(( bench_rc > e2e_rc ? bench_rc : e2e_rc ))

@@ -20,13 +20,22 @@ own `Sampler.sample` back for its runs, so both sides share the engine, its grap
   again without the profiler for the wall time (whole `generate`, prefill included, per generated
   token). Reported: median per side, the plugin's change in GPU time per step and the median of
   the pairs' wall-time changes. The timed ids of both sides are compared too.
+- tables: with `--tables dense` (as above) the engine keeps upstream's dense penalty tables, so
+  the upstream side is vLLM's own code throughout. With `--tables compact` the engine holds the
+  patch's compact tables: only the plugin runs, and the script reports the KV-cache blocks vLLM
+  sized after profiling, the penalty tables' bytes at start and their peak in each run, and (with
+  `--compare` the dense run's JSON) whether every id equals the dense run's upstream ids.
 
-    python3 ci/gpu/sampler-e2e.py [--batches 128 1024] [--length 160] [--window 40] [--pairs 3] [--json PATH]
+    python3 ci/gpu/sampler-e2e.py [--batches 128 1024] [--length 160] [--window 40] [--pairs 3]
+                                  [--tables dense|compact] [--compare DENSE_JSON] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
+import hashlib
 import importlib.util
 import json
 import os
@@ -51,10 +60,14 @@ def parse_args(argv=None):
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--equal-batch", type=int, default=96, help="requests of the ids batch")
     parser.add_argument("--gpu-memory", type=float, default=0.6)
+    parser.add_argument("--tables", choices=("dense", "compact"), default="dense")
+    parser.add_argument("--compare", help="a --tables dense run's JSON (with --tables compact)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if min(*args.batches, args.length, args.window, args.pairs, args.equal_batch) <= 0:
         parser.error("sizes must be positive")
+    if args.compare and args.tables != "compact":
+        parser.error("--compare goes with --tables compact")
     if args.length < args.window + 40:
         parser.error(f"--length ({args.length}) must exceed --window ({args.window}) by 40 steps at least")
     return args
@@ -104,20 +117,46 @@ def main(argv=None) -> int:
     model = Path(tempfile.mkdtemp(), "qwen3-0.6b-shape")
     Qwen3Config(**QWEN3_06B).save_pretrained(model)
     top = max(args.batches)
-    llm = LLM(model=str(model), load_format="dummy", skip_tokenizer_init=True, seed=0, dtype="bfloat16",
-              attention_config={"backend": "TRITON_ATTN"}, max_num_seqs=top,
-              max_model_len=PROMPT_LEN + args.length + 64, gpu_memory_utilization=args.gpu_memory,
-              compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
-                                  "cudagraph_capture_sizes": sorted(set(args.batches))})
+    dense = args.tables == "dense"
+    with patch.upstream_tables() if dense else contextlib.nullcontext():
+        llm = LLM(model=str(model), load_format="dummy", skip_tokenizer_init=True, seed=0, dtype="bfloat16",
+                  attention_config={"backend": "TRITON_ATTN"}, max_num_seqs=top,
+                  max_model_len=PROMPT_LEN + args.length + 64, gpu_memory_utilization=args.gpu_memory,
+                  compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
+                                      "cudagraph_capture_sizes": sorted(set(args.batches))})
     runner = runners.runner_of(llm.llm_engine.vllm_config)
     installed = plugin.installed().get("sampler_mrv2")
     print(f"{torch.cuda.get_device_name()}, vLLM {vllm.__version__}, torch {torch.__version__}, "
-          f"{runners.TITLES[runner]}; plugin installed: {installed}", flush=True)
+          f"{runners.TITLES[runner]}; plugin installed: {installed}; penalty tables: {args.tables}", flush=True)
     if runner != "mrv2" or not installed:
         print("sampler-e2e: needs a Model Runner V2 engine with the patch installed", file=sys.stderr)
         return 1
+    states = [o for o in gc.get_objects() if type(o).__name__ == "PenaltiesState"]
+    if len(states) != 1 or (patch.table_of(states[0]) is None) != dense:
+        print(f"sampler-e2e: expected one PenaltiesState with {args.tables} tables", file=sys.stderr)
+        return 1
+    penalties = states[0]
+
+    def table_bytes() -> int:
+        return penalties.output_bin_counts.nbytes + penalties.prompt_bin_mask.nbytes
+
+    memory = {"num_gpu_blocks": llm.llm_engine.vllm_config.cache_config.num_gpu_blocks,
+              "block_size": llm.llm_engine.vllm_config.cache_config.block_size,
+              "kv_bytes_per_token": 2 * QWEN3_06B["num_hidden_layers"] * QWEN3_06B["num_key_value_heads"]
+              * QWEN3_06B["head_dim"] * 2, "table_bytes_at_start": table_bytes(), "table_bytes_peak": {}}
+    print(f"KV cache: {memory['num_gpu_blocks']} blocks of {memory['block_size']} tokens; penalty tables "
+          f"{memory['table_bytes_at_start']:,} B after start-up", flush=True)
+    peak = [0]
+    staged = type(penalties).apply_staged_writes
+
+    def apply_staged_writes(self):
+        staged(self)
+        peak[0] = max(peak[0], table_bytes())
+
+    type(penalties).apply_staged_writes = apply_staged_writes
     sampler_type = patch.vllm_env.import_vllm(patch.SAMPLER).Sampler
     patched = sampler_type.sample
+    sides = ("upstream", "plugin") if dense else ("plugin",)
 
     def side(name: str) -> None:
         sampler_type.sample = patched if name == "plugin" else patch.UPSTREAM["sample"]
@@ -130,15 +169,16 @@ def main(argv=None) -> int:
     def ids_of(outputs):
         return [list(o.outputs[0].token_ids) for o in outputs]
 
-    # ids: the same requests on both sides
+    # ids: the same requests on each side
     eq_prompts, eq_params = prompts(args.equal_batch), equality_params(args.equal_batch)
     got = {}
-    for name in ("upstream", "plugin"):
+    for name in sides:
         side(name)
         got[name] = ids_of(llm.generate(eq_prompts, [SamplingParams(**p) for p in eq_params], use_tqdm=False))
-    differ = [i for i, (a, b) in enumerate(zip(got["upstream"], got["plugin"])) if a != b]
+    differ = [i for i, (a, b) in enumerate(zip(got[sides[0]], got["plugin"])) if a != b]
     print(f"ids batch: {args.equal_batch} requests (greedy and seeded, penalties, top-k), "
-          f"{sum(map(len, got['plugin']))} tokens; requests whose ids differ: {differ or 'none'}", flush=True)
+          f"{sum(map(len, got['plugin']))} tokens; requests whose ids differ between the sides: "
+          f"{differ or 'none'}", flush=True)
 
     first = args.length // 2 - args.window // 2
     window = helpers.StepWindow(first, args.window, torch.cuda.synchronize)
@@ -147,16 +187,17 @@ def main(argv=None) -> int:
     with profile(activities=[ProfilerActivity.CUDA]):  # CUPTI's own start-up outside any window
         torch.ones(1, device="cuda").add_(1)
         torch.cuda.synchronize()
-    results, timed_differ = [], 0
+    results, timed_differ, timed_ids = [], 0, {}
     for batch in args.batches:
         batch_prompts = prompts(batch)
         for kind, extra in KINDS.items():
             params = [SamplingParams(max_tokens=args.length, ignore_eos=True, temperature=1.0, seed=100 + i, **extra)
                       for i in range(batch)]
-            runs = {"upstream": [], "plugin": []}
+            runs = {name: [] for name in sides}
             seen = {}
+            peak[0] = 0
             for pair in range(args.pairs + 1):  # pair 0 warms both sides up, untimed
-                for name in (("upstream", "plugin") if pair % 2 == 0 else ("plugin", "upstream")):
+                for name in (sides if pair % 2 == 0 else sides[::-1]):
                     side(name)
                     profiler = profile(activities=[ProfilerActivity.CUDA])
                     window.arm(profiler)
@@ -174,30 +215,50 @@ def main(argv=None) -> int:
                     if pair:
                         runs[name].append({"gpu_ms": gpu_us / args.window / 1e3,
                                            "wall_ms": (time.perf_counter() - start) / args.length * 1e3})
-            timed_differ += sum(a != b for a, b in zip(seen["upstream"], seen["plugin"]))
-            row = {"batch": batch, "kind": kind, "runs": runs}
+            timed_differ += sum(a != b for a, b in zip(seen[sides[0]], seen["plugin"]))
+            timed_ids[f"{batch} {kind}"] = hashlib.sha256(json.dumps(seen[sides[0]]).encode()).hexdigest()
+            memory["table_bytes_peak"][f"{batch} {kind}"] = peak[0]
+            row = {"batch": batch, "kind": kind, "runs": runs, "table_bytes_peak": peak[0]}
             for name in runs:
                 row[f"{name}_gpu_ms"] = statistics.median(r["gpu_ms"] for r in runs[name])
                 row[f"{name}_wall_ms"] = statistics.median(r["wall_ms"] for r in runs[name])
-            row["gpu_change"] = row["plugin_gpu_ms"] / row["upstream_gpu_ms"] - 1
-            row["wall_change"] = statistics.median(p["wall_ms"] / u["wall_ms"] - 1
-                                                   for u, p in zip(runs["upstream"], runs["plugin"]))
+            line = (f"B={batch:5} {kind:13} GPU ms/step " + " ".join(f"{n} {row[f'{n}_gpu_ms']:.3f}" for n in sides))
+            if dense:
+                row["gpu_change"] = row["plugin_gpu_ms"] / row["upstream_gpu_ms"] - 1
+                row["wall_change"] = statistics.median(p["wall_ms"] / u["wall_ms"] - 1
+                                                       for u, p in zip(runs["upstream"], runs["plugin"]))
+                line += (f" ({row['gpu_change']:+.2%}); wall ms per generated token, prefill included, no "
+                         f"profiler {row['upstream_wall_ms']:.3f} / {row['plugin_wall_ms']:.3f} (median pair "
+                         f"{row['wall_change']:+.2%})")
             results.append(row)
-            print(f"B={batch:5} {kind:13} GPU ms/step upstream {row['upstream_gpu_ms']:.3f} plugin "
-                  f"{row['plugin_gpu_ms']:.3f} ({row['gpu_change']:+.2%}); wall ms per generated token, "
-                  f"prefill included, no profiler {row['upstream_wall_ms']:.3f} / {row['plugin_wall_ms']:.3f} "
-                  f"(median pair {row['wall_change']:+.2%}); GPU ms/step by pair "
-                  f"{[round(r['gpu_ms'], 3) for r in runs['upstream']]} / "
-                  f"{[round(r['gpu_ms'], 3) for r in runs['plugin']]}", flush=True)
+            print(f"{line}; GPU ms/step by run {[[round(r['gpu_ms'], 3) for r in runs[n]] for n in sides]}; "
+                  f"penalty tables at most {peak[0]:,} B", flush=True)
     side("plugin")
     print(f"timed requests whose ids differ between the sides: {timed_differ}", flush=True)
+    compared = compare(args.compare, got["plugin"], timed_ids, memory) if args.compare else {}
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": torch.cuda.get_device_name(), "vllm": vllm.__version__, "torch": torch.__version__,
-            "model": QWEN3_06B, "length": args.length, "window": {"first_step": first, "steps": args.window},
-            "ids_batch": {"requests": args.equal_batch, "differ": differ}, "timed_differ": timed_differ,
+            "model": QWEN3_06B, "tables": args.tables, "length": args.length,
+            "window": {"first_step": first, "steps": args.window}, "memory": memory,
+            "ids_batch": {"requests": args.equal_batch, "differ": differ, "ids": got[sides[0]]},
+            "timed_ids_sha256": timed_ids, "timed_differ": timed_differ, "against_dense": compared,
             "results": results}, indent=1) + "\n")
-    return 1 if differ or timed_differ else 0
+    return 1 if differ or timed_differ or compared.get("differ") else 0
+
+
+def compare(path: str, eq_ids, timed_ids: dict, memory: dict) -> dict:
+    """This compact-table run's plugin ids and KV blocks against a dense-table run's upstream side."""
+    other = json.loads(Path(path).read_text())
+    differ = [i for i, (a, b) in enumerate(zip(other["ids_batch"]["ids"], eq_ids)) if a != b]
+    timed = [k for k, v in timed_ids.items() if other["timed_ids_sha256"].get(k) != v]
+    blocks = memory["num_gpu_blocks"] - other["memory"]["num_gpu_blocks"]
+    kv_bytes = blocks * memory["block_size"] * memory["kv_bytes_per_token"]
+    print(f"against the dense-table run's upstream ids: ids batch requests that differ {differ or 'none'}, "
+          f"timed runs that differ {timed or 'none'}; KV cache {blocks:+} blocks ({kv_bytes:+,} B), dense tables "
+          f"{other['memory']['table_bytes_at_start']:,} B", flush=True)
+    return {"differ": bool(differ or timed), "ids_batch_differ": differ, "timed_differ": timed,
+            "kv_blocks_gained": blocks, "kv_bytes_gained": kv_bytes}
 
 
 if __name__ == "__main__":

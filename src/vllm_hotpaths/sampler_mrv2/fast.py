@@ -38,8 +38,41 @@ from vllm_hotpaths.gumbel_noise import gumbel_noise
 from vllm_hotpaths.logits_copy import needs_processing
 from vllm_hotpaths.logits_copy.reference import check_rows
 from vllm_hotpaths.sampler_mrv2 import INT64
+from vllm_hotpaths.sampler_mrv2.penalty_tables import CompactCounts
 from vllm_hotpaths.sampler_mrv2.reference import (BLOCK, SamplerPass022, SamplerPass024, SamplerPass026,
                                                   SamplerPass027, SamplerPass028, SamplerPass031)
+
+
+@triton.jit
+def _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr,
+              counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG: tl.constexpr, MAX_DRAFTS: tl.constexpr):
+    """`x` (fp32, one block of a logits row) with the slot's penalties, as upstream's penalties
+    kernel computes them: repetition (prompt or output ids), then frequency, then presence. The
+    slot's counts and prompt bits are row `pen_row_ptr[slot]` of the compact tables (-1: none)."""
+    pen_row = tl.load(pen_row_ptr + slot).to(tl.int64)
+    if pen_row >= 0:
+        rep = tl.load(rep_ptr + slot)
+        freq = tl.load(freq_ptr + slot)
+        pres = tl.load(pres_ptr + slot)
+        if rep != 1.0 or freq != 0.0 or pres != 0.0:
+            count_offsets = pen_row * vocab_size + lanes
+            if CONTIG:
+                count_offsets = tl.max_contiguous(count_offsets, CONTIG)
+            counts = tl.load(counts_ptr + count_offsets, mask=inside, other=0)
+            # The row's earlier drafts count too: input ids of its request's rows 1..local_pos.
+            local_pos = tl.load(local_pos_ptr + row)
+            for j in tl.static_range(MAX_DRAFTS):
+                draft = tl.load(input_ids_ptr + row - local_pos + 1 + j, mask=j < local_pos, other=-1)
+                counts += (lanes == draft).to(tl.int32)
+            seen = counts > 0
+            if rep != 1.0:
+                word = tl.load(prompt_bits_ptr + pen_row * words + lanes // 32, mask=inside, other=0)
+                in_prompt = ((word >> (lanes % 32)) & 1) != 0
+                scale = tl.where(in_prompt | seen, rep, 1.0)
+                x *= tl.where(x > 0, 1.0 / scale, scale)
+            x -= freq * counts
+            x -= pres * seen
+    return x
 
 
 @triton.jit
@@ -60,29 +93,8 @@ def _fused_block_kernel(block_ids_ptr, block_max_ptr, processed_ptr, logits_ptr,
     x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
     slot = tl.load(slot_ptr + row)
     if PENALTIES:
-        pen_row = tl.load(pen_row_ptr + slot).to(tl.int64)
-        if pen_row >= 0:
-            rep = tl.load(rep_ptr + slot)
-            freq = tl.load(freq_ptr + slot)
-            pres = tl.load(pres_ptr + slot)
-            if rep != 1.0 or freq != 0.0 or pres != 0.0:
-                count_offsets = pen_row * vocab_size + lanes
-                if CONTIG:
-                    count_offsets = tl.max_contiguous(count_offsets, CONTIG)
-                counts = tl.load(counts_ptr + count_offsets, mask=inside, other=0)
-                # The row's earlier drafts count too: input ids of its request's rows 1..local_pos.
-                local_pos = tl.load(local_pos_ptr + row)
-                for j in tl.static_range(MAX_DRAFTS):
-                    draft = tl.load(input_ids_ptr + row - local_pos + 1 + j, mask=j < local_pos, other=-1)
-                    counts += (lanes == draft).to(tl.int32)
-                seen = counts > 0
-                if rep != 1.0:
-                    word = tl.load(prompt_bits_ptr + pen_row * words + lanes // 32, mask=inside, other=0)
-                    in_prompt = ((word >> (lanes % 32)) & 1) != 0
-                    scale = tl.where(in_prompt | seen, rep, 1.0)
-                    x *= tl.where(x > 0, 1.0 / scale, scale)
-                x -= freq * counts
-                x -= pres * seen
+        x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,
+                      pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG, MAX_DRAFTS)
     t = tl.load(temp_ptr + slot)
     if t != 0.0 and t != 1.0:
         x = x / t
@@ -122,57 +134,32 @@ def fused_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, r
     return block_ids.gather(-1, block_max.argmax(-1, keepdim=True)).view(-1), out
 
 
-class CompactCounts:
-    """Penalty state of the penalized requests only: int32 output counts `[capacity, V]` and a
-    prompt bitmask `[capacity, ceil(V / 32)]`, one row per penalized request (`row_of[slot]`,
-    -1 for the others). Nothing is allocated until the first penalized request; capacity then
-    doubles as needed, up to `max_num_reqs` rows (upstream's dense table holds that many always)."""
+@triton.jit
+def _penalties_kernel(logits_ptr, row_stride, slot_ptr, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,
+                      pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, BLOCK: tl.constexpr,
+                      MAX_DRAFTS: tl.constexpr):
+    # Penalties alone, in place on fp32 rows: upstream's penalties kernel over the compact tables.
+    row = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + row)
+    if tl.load(pen_row_ptr + slot) >= 0:
+        lanes = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        x = tl.load(logits_ptr + row * row_stride + lanes, mask=inside)
+        x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,
+                      pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, 0, MAX_DRAFTS)
+        tl.store(logits_ptr + row * row_stride + lanes, x, mask=inside)
 
-    def __init__(self, vocab_size: int, max_num_reqs: int, device: torch.device) -> None:
-        self.vocab_size, self.max_num_reqs, self.device = vocab_size, max_num_reqs, device
-        self.words = triton.cdiv(vocab_size, 32)
-        self.row_of = np.full(max_num_reqs, -1, dtype=np.int32)
-        self.row_of_device = torch.full((max_num_reqs,), -1, dtype=torch.int32, device=device)
-        self.counts = torch.zeros((0, vocab_size), dtype=torch.int32, device=device)
-        self.prompt_bits = torch.zeros((0, self.words), dtype=torch.int32, device=device)
-        self.free: list[int] = []
 
-    @property
-    def nbytes(self) -> int:
-        return self.counts.numel() * 4 + self.prompt_bits.numel() * 4
-
-    def _take_row(self) -> int:
-        if not self.free:
-            old = self.counts.shape[0]
-            new = min(max(2 * old, 1), self.max_num_reqs)
-            grow = lambda t: torch.cat((t, torch.zeros((new - old, t.shape[1]), dtype=t.dtype, device=t.device)))  # noqa: E731
-            self.counts, self.prompt_bits = grow(self.counts), grow(self.prompt_bits)
-            self.free = list(range(new - 1, old - 1, -1))
-        return self.free.pop()
-
-    def add(self, slot: int, prompt, output) -> None:
-        row = self._take_row()
-        counts = np.bincount(np.asarray(output, dtype=np.int64), minlength=self.vocab_size).astype(np.int32)
-        self.counts[row] = torch.from_numpy(counts).to(self.device)
-        bits = np.zeros(self.words * 32, dtype=bool)
-        bits[np.asarray(prompt, dtype=np.int64)] = True
-        words = np.packbits(bits.reshape(-1, 32), axis=1, bitorder="little").view("<u4").view(np.int32).ravel()
-        self.prompt_bits[row] = torch.from_numpy(words).to(self.device)
-        self.row_of[slot] = row
-        self.row_of_device[slot] = row
-
-    def remove(self, slot: int) -> None:
-        row = int(self.row_of[slot])
-        if row >= 0:
-            self.free.append(row)
-            self.row_of[slot] = -1
-            self.row_of_device[slot] = -1
-
-    def append(self, slot: int, tokens) -> None:
-        row = int(self.row_of[slot])
-        if row >= 0 and len(tokens):
-            ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64), device=self.device)
-            self.counts[row].index_put_((ids,), torch.ones_like(ids, dtype=torch.int32), accumulate=True)
+def penalize_in_place(logits, slots, local_pos, input_ids, repetition, frequency, presence, table: CompactCounts,
+                      drafts: int) -> None:
+    """Upstream's `apply_penalties` on fp32 `logits` [rows, V] in place, each row's counts and
+    prompt bits read from its slot's row of `table`; `drafts`: at least the largest `local_pos`."""
+    n, vocab_size = logits.shape
+    if n and table.counts.shape[0]:
+        _penalties_kernel[(n, triton.cdiv(vocab_size, BLOCK))](
+            logits, logits.stride(0), slots, local_pos, input_ids, repetition, frequency, presence,
+            table.row_of_device, table.counts, table.prompt_bits, table.words, vocab_size, BLOCK=BLOCK,
+            MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0)
 
 
 def fused_covers(p, vocab_size: int, forces_thinking: bool) -> bool:

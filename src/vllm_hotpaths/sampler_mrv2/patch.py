@@ -13,11 +13,21 @@ noise option, logits other than fp32/bf16/fp16 rows of unit stride, and a row st
 alignment class differs from the vocabulary's (the load layout would differ from upstream's fp32
 copy's, and with it which of two NaNs wins).
 
-The penalty state stays upstream's (`output_bin_counts` is written by the model runner's
-`post_update` after each step): the plugin changes the speed of the pass, not its memory.
+Penalty state: `PenaltiesState` keeps `CompactCounts` tables in place of its dense ones
+(`output_bin_counts` `[max_num_reqs, V]` int32 and `prompt_bin_mask`, 641,777,664 B at 1,024
+requests and V = 151,936): no bytes until a penalized request is admitted, then a row per
+penalized request, and none again once no slot holds one. `bincount` (admission),
+`apply_penalties` (the batches upstream samples) and `post_update` (each step's sampled tokens)
+run on those rows when handed the compact table, and as upstream's otherwise. Only penalized rows
+are ever read, so the penalties are the same. The rows are allocated while the engine runs,
+outside the memory vLLM profiled for its KV cache (which no longer holds the dense tables).
 """
 
 from __future__ import annotations
+
+import inspect
+import sys
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -26,13 +36,19 @@ from packaging.version import Version
 from vllm_hotpaths import vllm_env
 from vllm_hotpaths.logits_copy import InvalidSamplingInput
 from vllm_hotpaths.logits_copy.patch import request_params
-from vllm_hotpaths.sampler_mrv2.fast import fused_covers, fused_sample
+from vllm_hotpaths.sampler_mrv2.fast import fused_covers, fused_sample, penalize_in_place
+from vllm_hotpaths.sampler_mrv2.penalty_tables import CompactCounts
 from vllm_hotpaths.sampler_mrv2.reference import SamplerPass022
 
 SAMPLER = "vllm.v1.worker.gpu.sample.sampler"
-UPSTREAM: dict[str, object] = {}  # the methods as vLLM ships them, for the properties' unpatched side
+PENALTIES = "vllm.v1.worker.gpu.sample.penalties"
+INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"
+PATCHED = ["Sampler.add_request", "Sampler.sample", "PenaltiesState.__init__", "PenaltiesState.add_request",
+           "PenaltiesState.apply_staged_writes", "penalties.bincount", "penalties.apply_penalties", "post_update"]
+UPSTREAM: dict[str, object] = {}  # vLLM's own Sampler methods, for the properties' unpatched side
 NOISE = (SamplerPass022.NOISE_LOG1P, SamplerPass022.NOISE_MURMUR3)
 LOADED = (torch.float32, torch.bfloat16, torch.float16)  # the kernel upcasts these as upstream's copy does
+_dense = [False]  # inside `upstream_tables()`: a new PenaltiesState keeps upstream's dense tables
 
 
 def supports(version: str | None) -> bool:
@@ -42,6 +58,34 @@ def supports(version: str | None) -> bool:
 
 def not_needed(version: str) -> str | None:
     return None if supports(version) else f"the patch is written for vLLM 0.22.x, not {version}"
+
+
+@contextmanager
+def upstream_tables():
+    """PenaltiesStates built inside keep upstream's dense tables (the properties' unpatched side)."""
+    _dense[0] = True
+    try:
+        yield
+    finally:
+        _dense[0] = False
+
+
+class EngineTables(CompactCounts):
+    """A PenaltiesState's compact tables, with what the engine's calls need besides."""
+
+    max_drafts = 0  # the sampler's `num_speculative_tokens` at its last call (apply_penalties' draft bound)
+    admitted = False  # a request was admitted since the last `apply_staged_writes`
+
+
+def table_of(penalties) -> EngineTables | None:
+    """The compact tables a PenaltiesState holds, or None where it holds upstream's."""
+    return getattr(penalties.output_bin_counts, "hotpaths_table", None)
+
+
+def _publish(penalties, table: EngineTables) -> None:
+    """Point the state's table attributes at the current compact tensors (they move as they grow)."""
+    table.counts.hotpaths_table = table
+    penalties.output_bin_counts, penalties.prompt_bin_mask = table.counts, table.prompt_bits
 
 
 def covered(sampler, sp) -> bool:
@@ -63,9 +107,14 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
             or (logits.stride(0) % 16 == 0) != (vocab % 16 == 0) or not flags[idx_mapping_np].all()):
         return None
     penalties = sampler.penalties_state
-    slots = sampler.__dict__.get("_hotpaths_slots")
-    if slots is None:  # a slot's penalty row is the slot itself
-        slots = sampler._hotpaths_slots = torch.arange(flags.shape[0], dtype=torch.int32, device=logits.device)
+    table = table_of(penalties)
+    if table is not None:
+        rows, counts, prompt_bits = table.row_of_device, table.counts, table.prompt_bits
+    else:  # upstream's dense tables: a slot's row is the slot itself
+        rows = sampler.__dict__.get("_hotpaths_slots")
+        if rows is None:
+            rows = sampler._hotpaths_slots = torch.arange(flags.shape[0], dtype=torch.int32, device=logits.device)
+        counts, prompt_bits = penalties.output_bin_counts, penalties.prompt_bin_mask
     source = logits
     if logits.device.type == "cpu" and logits.dtype != torch.float32:
         source = torch.empty_like(logits, dtype=torch.float32).copy_(logits)  # as fast.FusedSamplingPass.sample
@@ -73,20 +122,13 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
     states = sampler.sampling_states
     return fused_sample(
         source, expanded_idx_mapping, pos, expanded_local_pos, input_ids, states.temperature.gpu, states.seeds.gpu,
-        penalties.repetition_penalty.gpu, penalties.frequency_penalty.gpu, penalties.presence_penalty.gpu, slots,
-        penalties.output_bin_counts, penalties.prompt_bin_mask, noise=NOISE, raw=False,
-        penalized=bool(np.any(penalties.use_penalty[idx_mapping_np])),
+        penalties.repetition_penalty.gpu, penalties.frequency_penalty.gpu, penalties.presence_penalty.gpu, rows,
+        counts, prompt_bits, noise=NOISE, raw=False, penalized=bool(np.any(penalties.use_penalty[idx_mapping_np])),
         drafts=sampler.num_speculative_tokens if expanded else 0,
         write=sampler.logprobs_mode == "processed_logprobs")
 
 
-def install(version: str | None = None) -> list[str]:
-    version = version or vllm_env.installed_version()
-    if not supports(version):
-        raise RuntimeError(f"the sampler_mrv2 patch is written for vLLM 0.22.x, not {version}")
-    sampler = vllm_env.import_vllm(SAMPLER).Sampler
-    if UPSTREAM:
-        return ["Sampler.add_request", "Sampler.sample"]
+def _install_sampler(sampler) -> None:
     replaced_add, replaced_sample = sampler.add_request, sampler.sample  # upstream's, or another patch's
 
     def add_request(self, req_idx, prompt_len, sampling_params):
@@ -99,13 +141,97 @@ def install(version: str | None = None) -> list[str]:
     def sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
         fused = fused_or_none(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
                               expanded_local_pos)
-        if fused is None:
-            return replaced_sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
-                                   expanded_local_pos)
-        return fused
+        if fused is not None:
+            return fused
+        table = table_of(self.penalties_state)
+        if table is not None:  # the bound of `apply_penalties`' draft loop over the compact rows
+            table.max_drafts = self.num_speculative_tokens
+        return replaced_sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos)
 
     UPSTREAM.update(add_request=getattr(replaced_add, "hotpaths_upstream", replaced_add),
                     sample=getattr(replaced_sample, "hotpaths_upstream", replaced_sample))
     add_request.hotpaths_upstream, sample.hotpaths_upstream = UPSTREAM["add_request"], UPSTREAM["sample"]
     sampler.add_request, sampler.sample = add_request, sample
-    return ["Sampler.add_request", "Sampler.sample"]
+
+
+def _install_tables(penalties_module, input_batch_module) -> None:
+    state = penalties_module.PenaltiesState
+    upstream = dict(init=state.__init__, add=state.add_request, staged=state.apply_staged_writes,
+                    bincount=penalties_module.bincount, apply_penalties=penalties_module.apply_penalties,
+                    post_update=input_batch_module.post_update)
+    post_update_args = inspect.signature(upstream["post_update"])
+
+    def __init__(self, req_states):
+        upstream["init"](self, req_states)
+        if not _dense[0]:  # upstream's dense tables are dropped here, before vLLM profiles its memory
+            _publish(self, EngineTables(self.vocab_size, req_states.max_num_reqs, self.device))
+
+    def add_request(self, req_idx, sampling_params):
+        upstream["add"](self, req_idx, sampling_params)
+        table = table_of(self)
+        if table is not None:
+            if self.use_penalty[req_idx]:
+                table.assign(req_idx)
+            else:
+                table.remove(req_idx)
+            table.admitted = True
+            _publish(self, table)
+
+    def apply_staged_writes(self):
+        table = table_of(self)
+        if table is not None and table.admitted:  # rows of requests gone since: free them
+            table.release_vacated(self.req_states.index_to_req_id)
+            table.admitted = False
+            # A slot re-admitted without a penalty before this call has no row to rebuild.
+            self._new_penalties_reqs[:] = [slot for slot in self._new_penalties_reqs if table.row_of[slot] >= 0]
+            _publish(self, table)
+        upstream["staged"](self)
+
+    def bincount(expanded_idx_mapping, all_token_ids, prompt_len, prefill_len, prompt_bin_mask, output_bin_counts,
+                 max_prefill_len):
+        table = getattr(output_bin_counts, "hotpaths_table", None)
+        if table is None:
+            return upstream["bincount"](expanded_idx_mapping, all_token_ids, prompt_len, prefill_len,
+                                        prompt_bin_mask, output_bin_counts, max_prefill_len)
+        table.admit(expanded_idx_mapping, all_token_ids, prompt_len, prefill_len, max_prefill_len)
+
+    def apply_penalties(logits, expanded_idx_mapping, token_ids, expanded_local_pos, repetition_penalty,
+                        frequency_penalty, presence_penalty, prompt_bin_mask, output_bin_counts):
+        table = getattr(output_bin_counts, "hotpaths_table", None)
+        if table is None:
+            return upstream["apply_penalties"](logits, expanded_idx_mapping, token_ids, expanded_local_pos,
+                                               repetition_penalty, frequency_penalty, presence_penalty,
+                                               prompt_bin_mask, output_bin_counts)
+        penalize_in_place(logits, expanded_idx_mapping, expanded_local_pos, token_ids, repetition_penalty,
+                          frequency_penalty, presence_penalty, table, drafts=table.max_drafts)
+
+    def post_update(*args, **kwargs):
+        bound = post_update_args.bind(*args, **kwargs)
+        table = getattr(bound.arguments["output_bin_counts"], "hotpaths_table", None)
+        if table is None:
+            return upstream["post_update"](*args, **kwargs)
+        bound.arguments["output_bin_counts"] = None  # upstream's kernel then counts nothing
+        upstream["post_update"](*bound.args, **bound.kwargs)
+        table.count_sampled(bound.arguments["idx_mapping"], bound.arguments["sampled_tokens"],
+                            bound.arguments["num_sampled"])
+
+    for name, fn in (("init", __init__), ("add", add_request), ("staged", apply_staged_writes),
+                     ("bincount", bincount), ("apply_penalties", apply_penalties), ("post_update", post_update)):
+        fn.hotpaths_upstream = upstream[name]
+    state.__init__, state.add_request, state.apply_staged_writes = __init__, add_request, apply_staged_writes
+    penalties_module.bincount, penalties_module.apply_penalties = bincount, apply_penalties
+    # The model runner imports `post_update` by name: every module already holding it gets ours.
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("vllm.v1.worker.gpu") and \
+                getattr(module, "post_update", None) is upstream["post_update"]:
+            module.post_update = post_update
+
+
+def install(version: str | None = None) -> list[str]:
+    version = version or vllm_env.installed_version()
+    if not supports(version):
+        raise RuntimeError(f"the sampler_mrv2 patch is written for vLLM 0.22.x, not {version}")
+    if not UPSTREAM:
+        _install_sampler(vllm_env.import_vllm(SAMPLER).Sampler)
+        _install_tables(vllm_env.import_vllm(PENALTIES), vllm_env.import_vllm(INPUT_BATCH))
+    return list(PATCHED)

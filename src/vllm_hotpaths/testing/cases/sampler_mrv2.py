@@ -102,6 +102,23 @@ def _note_fused(step: Step, params: dict, case: LogitsProgram) -> None:
                 note("a penalized draft row the fused kernel samples")
 
 
+def _assert_rows_held(penalties, dense, params: dict, step: int) -> None:
+    """The patched PenaltiesState's compact tables: a row for each penalized request in a slot,
+    none for the others, nothing allocated while no row is held, never more than upstream's."""
+    from vllm_hotpaths.sampler_mrv2.patch import table_of
+
+    table = table_of(penalties)
+    assert table is not None, "the patched sampler holds upstream's dense penalty tables"
+    for slot in params:
+        held = table.row_of[slot] >= 0
+        assert held == penalties.use_penalty[slot], \
+            f"step {step}: slot {slot} {'holds' if held else 'lacks'} a count row, penalized: {penalties.use_penalty[slot]}"
+    if not (table.row_of >= 0).any():
+        assert table.nbytes == 0, f"step {step}: {table.nbytes} bytes of tables with no penalized request"
+    dense_bytes = dense.output_bin_counts.nbytes + dense.prompt_bin_mask.nbytes
+    assert table.nbytes <= dense_bytes, f"step {step}: {table.nbytes} bytes of tables, upstream's {dense_bytes}"
+
+
 class SamplingPassChecks(Checks):
     """Ids exactly and processed logits bit for bit (fp32 upcast), step by step. Bad parameters and
     rows: InvalidSamplingInput (NotStated for top-k / top-p) with the reference's message."""
@@ -144,9 +161,12 @@ class SamplingPassChecks(Checks):
 
     def patch_agrees(self, case: LogitsProgram, device, log: CaseLog) -> None:
         """vLLM's `Sampler.sample` with the plugin's patch installed draws the same ids as the
-        upstream method it replaced; under the `processed_logprobs` mode its processed logits are
-        upstream's bit for bit, under `raw_logprobs` (never read by `Sampler.__call__`) the fused
-        pass returns None for them. Each step runs under both modes.
+        upstream method it replaced on a sampler holding upstream's dense penalty tables; under the
+        `processed_logprobs` mode its processed logits are upstream's bit for bit, under
+        `raw_logprobs` (never read by `Sampler.__call__`) the fused pass returns None for them.
+        Each step runs under both modes. Both samplers take the program's admissions and sampled
+        tokens through vLLM's own calls (`bincount`, `post_update`), the patched one into its
+        compact tables, which hold a row for each penalized request and none for the others.
 
         A step the patch hands to upstream whose batch holds allowed ids is compared on CPU only:
         on CUDA, vLLM 0.22's `_bias_kernel` fills the row with -inf and restores the allowed
@@ -157,17 +177,24 @@ class SamplingPassChecks(Checks):
         from vllm_hotpaths.sampler_mrv2 import patch
 
         patch.install()
-        (live,) = case.samplers(registry.get(self.hotpath).live_factory(), device=device)
+        factory = registry.get(self.hotpath).live_factory()
+        with patch.upstream_tables():
+            (upstream,) = case.samplers(factory, device=device)
+        (live,) = case.samplers(factory, device=device)
         sampler = live.sampler
-        for i, step in enumerate(run(case, (live,), device)):
-            args = live.sampler_args(*step.args())
-            sampler.num_speculative_tokens = max(step.local_pos, default=0) + 1  # as the engine's bound
+        for i, step in enumerate(run(case, (upstream, live), device)):
+            _assert_rows_held(sampler.penalties_state, upstream.sampler.penalties_state, live.params, i)
+            args, upstream_args = live.sampler_args(*step.args()), upstream.sampler_args(*step.args())
+            for s in (sampler, upstream.sampler):
+                s.num_speculative_tokens = max(step.local_pos, default=0) + 1  # as the engine's bound
             deferred = vllm_env.call(patch.fused_or_none, sampler, **args) is None
             allowed = sampler.logit_bias_state.num_allowed_token_ids.np[args["idx_mapping_np"]].any()
             if deferred and allowed and step.logits.is_cuda:
                 note("a step with allowed ids the patch defers (CUDA: upstream races)")
                 continue
-            want_ids, want = vllm_env.call(patch.UPSTREAM["sample"], sampler, **args)
+            if deferred and sampler.penalties_state.use_penalty[args["idx_mapping_np"]].any():
+                note("a penalized step the patch hands to upstream")
+            want_ids, want = vllm_env.call(patch.UPSTREAM["sample"], upstream.sampler, **upstream_args)
             for mode in ("raw_logprobs", "processed_logprobs"):
                 sampler.logprobs_mode = mode
                 before = step.logits.clone()
