@@ -45,13 +45,14 @@ def test_the_compact_run_finds_ids_and_kv_blocks_that_differ_from_the_dense_run(
     import json
 
     dense = {"ids_batch": {"ids": [[1, 2], [3]]}, "timed_ids_sha256": {"128 no penalty": "a", "128 presence 1.5": "b"},
-             "memory": {"num_gpu_blocks": 100, "table_bytes_at_start": 641_777_664}}
+             "memory": {"num_gpu_blocks": 100, "table_bytes_at_start": 641_777_664, "device_used_at_start": 5000}}
     path = tmp_path / "dense.json"
     path.write_text(json.dumps(dense))
-    memory = {"num_gpu_blocks": 103, "block_size": 16, "kv_bytes_per_token": 10}
+    memory = {"num_gpu_blocks": 103, "block_size": 16, "kv_bytes_per_token": 10, "table_bytes_at_start": 0,
+              "device_used_at_start": 4000}
     same = script.compare(str(path), [[1, 2], [3]], {"128 no penalty": "a", "128 presence 1.5": "b"}, memory)
     assert same == {"differ": False, "ids_batch_differ": [], "timed_differ": [], "kv_blocks_gained": 3,
-                    "kv_bytes_gained": 480}
+                    "kv_bytes_gained": 480, "device_used_change_at_start": -1000}
     other = script.compare(str(path), [[1, 2], [4]], {"128 no penalty": "a", "128 presence 1.5": "c"}, memory)
     assert other["differ"] and other["ids_batch_differ"] == [1] and other["timed_differ"] == ["128 presence 1.5"]
     assert "+3 blocks (+480 B)" in capsys.readouterr().out

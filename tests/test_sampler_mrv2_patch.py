@@ -66,3 +66,21 @@ def test_the_patched_penalty_tables_hold_rows_only_for_penalized_requests():
     for slot in range(slots):
         live.add_request(slot, [slot], [], penalized)
     assert table.nbytes == dense_bytes
+
+
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_vllm_warm_up_requests_get_no_penalty_rows(monkeypatch):
+    """vLLM's kernel warm-up admits `max_num_seqs` penalized requests named "_warmup_{i}_" at
+    start-up: with rows for them the compact tables would start at upstream's full size."""
+    from vllm_hotpaths import registry
+    from vllm_hotpaths.logits_copy import RequestParams
+    from vllm_hotpaths.sampler_mrv2 import patch
+
+    if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
+        pytest.skip("the patch is not written for the installed vLLM")
+    patch.install()
+    live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
+    monkeypatch.setattr(live, "_req_id", lambda slot: f"_warmup_{slot}_")
+    live.add_request(0, [1], [2], RequestParams(temperature=1.0, seed=1, repetition_penalty=1.2))
+    table = patch.table_of(live.sampler.penalties_state)
+    assert live.sampler.penalties_state.use_penalty[0] and table.nbytes == 0 and table.row_of[0] == -1

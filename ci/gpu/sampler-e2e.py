@@ -131,7 +131,9 @@ def main(argv=None) -> int:
     if runner != "mrv2" or not installed:
         print("sampler-e2e: needs a Model Runner V2 engine with the patch installed", file=sys.stderr)
         return 1
+    gc.unfreeze()  # vLLM freezes its start-up objects out of gc.get_objects(); frozen again below
     states = [o for o in gc.get_objects() if type(o).__name__ == "PenaltiesState"]
+    gc.freeze()
     if len(states) != 1 or (patch.table_of(states[0]) is None) != dense:
         print(f"sampler-e2e: expected one PenaltiesState with {args.tables} tables", file=sys.stderr)
         return 1
@@ -143,9 +145,11 @@ def main(argv=None) -> int:
     memory = {"num_gpu_blocks": llm.llm_engine.vllm_config.cache_config.num_gpu_blocks,
               "block_size": llm.llm_engine.vllm_config.cache_config.block_size,
               "kv_bytes_per_token": 2 * QWEN3_06B["num_hidden_layers"] * QWEN3_06B["num_key_value_heads"]
-              * QWEN3_06B["head_dim"] * 2, "table_bytes_at_start": table_bytes(), "table_bytes_peak": {}}
-    print(f"KV cache: {memory['num_gpu_blocks']} blocks of {memory['block_size']} tokens; penalty tables "
-          f"{memory['table_bytes_at_start']:,} B after start-up", flush=True)
+              * QWEN3_06B["head_dim"] * 2, "table_bytes_at_start": table_bytes(), "table_bytes_peak": {},
+              "torch_reserved_at_start": torch.cuda.memory_reserved(), "device_used_at_start": used_memory()}
+    print(f"KV cache: {memory['num_gpu_blocks']} blocks of {memory['block_size']} tokens; after start-up: penalty "
+          f"tables {memory['table_bytes_at_start']:,} B, torch reserved {memory['torch_reserved_at_start']:,} B, "
+          f"device memory used {memory['device_used_at_start']:,} B", flush=True)
     peak = [0]
     staged = type(penalties).apply_staged_writes
 
@@ -247,6 +251,14 @@ def main(argv=None) -> int:
     return 1 if differ or timed_differ or compared.get("differ") else 0
 
 
+def used_memory() -> int:
+    """Device memory in use (all processes), as the driver reports it."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
 def compare(path: str, eq_ids, timed_ids: dict, memory: dict) -> dict:
     """This compact-table run's plugin ids and KV blocks against a dense-table run's upstream side."""
     other = json.loads(Path(path).read_text())
@@ -255,10 +267,13 @@ def compare(path: str, eq_ids, timed_ids: dict, memory: dict) -> dict:
     blocks = memory["num_gpu_blocks"] - other["memory"]["num_gpu_blocks"]
     kv_bytes = blocks * memory["block_size"] * memory["kv_bytes_per_token"]
     print(f"against the dense-table run's upstream ids: ids batch requests that differ {differ or 'none'}, "
-          f"timed runs that differ {timed or 'none'}; KV cache {blocks:+} blocks ({kv_bytes:+,} B), dense tables "
-          f"{other['memory']['table_bytes_at_start']:,} B", flush=True)
+          f"timed runs that differ {timed or 'none'}; KV cache {blocks:+} blocks ({kv_bytes:+,} B); after start-up: "
+          f"dense tables {other['memory']['table_bytes_at_start']:,} B, compact {memory['table_bytes_at_start']:,} B, "
+          f"device memory used {memory['device_used_at_start'] - other['memory']['device_used_at_start']:+,} B",
+          flush=True)
     return {"differ": bool(differ or timed), "ids_batch_differ": differ, "timed_differ": timed,
-            "kv_blocks_gained": blocks, "kv_bytes_gained": kv_bytes}
+            "kv_blocks_gained": blocks, "kv_bytes_gained": kv_bytes,
+            "device_used_change_at_start": memory["device_used_at_start"] - other["memory"]["device_used_at_start"]}
 
 
 if __name__ == "__main__":

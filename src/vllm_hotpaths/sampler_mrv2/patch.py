@@ -48,6 +48,10 @@ PATCHED = ["Sampler.add_request", "Sampler.sample", "PenaltiesState.__init__", "
 UPSTREAM: dict[str, object] = {}  # vLLM's own Sampler methods, for the properties' unpatched side
 NOISE = (SamplerPass022.NOISE_LOG1P, SamplerPass022.NOISE_MURMUR3)
 LOADED = (torch.float32, torch.bfloat16, torch.float16)  # the kernel upcasts these as upstream's copy does
+# vLLM's kernel warm-up at start-up (v1/worker/gpu/warmup.py) admits `max_num_seqs` requests with
+# every penalty, ids "_warmup_{i}_": they get no rows (their tokens are discarded), or the tables
+# would hold upstream's full size from start-up on.
+WARMUP = "_warmup_"
 _dense = [False]  # inside `upstream_tables()`: a new PenaltiesState keeps upstream's dense tables
 
 
@@ -170,7 +174,7 @@ def _install_tables(penalties_module, input_batch_module) -> None:
         upstream["add"](self, req_idx, sampling_params)
         table = table_of(self)
         if table is not None:
-            if self.use_penalty[req_idx]:
+            if self.use_penalty[req_idx] and not self.req_states.index_to_req_id.get(req_idx, "").startswith(WARMUP):
                 table.assign(req_idx)
             else:
                 table.remove(req_idx)
@@ -182,7 +186,7 @@ def _install_tables(penalties_module, input_batch_module) -> None:
         if table is not None and table.admitted:  # rows of requests gone since: free them
             table.release_vacated(self.req_states.index_to_req_id)
             table.admitted = False
-            # A slot re-admitted without a penalty before this call has no row to rebuild.
+            # A warm-up request, or a slot re-admitted without a penalty since, has no row to rebuild.
             self._new_penalties_reqs[:] = [slot for slot in self._new_penalties_reqs if table.row_of[slot] >= 0]
             _publish(self, table)
         upstream["staged"](self)
