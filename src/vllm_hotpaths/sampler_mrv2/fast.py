@@ -10,8 +10,10 @@ Gumbel noise and keep the block's maximum with its lowest id. The block maxima t
 `torch.argmax`, as in the reference. Each step is the reference's arithmetic in the same
 order, so ids and processed logits are the reference's bit for bit.
 
-Penalty state is kept only for requests with a penalty (`CompactCounts`): a count row and a
-prompt bitmask per penalized request, allocated when the first one arrives, grown by doubling.
+Penalty state is kept only for requests with a penalty (`penalty_tables.CompactCounts`): a count
+row and a prompt bitmask per penalized request, allocated when the first one arrives, grown by
+doubling. `_penalize` is the penalty arithmetic, shared with `_penalties_kernel` (penalties alone,
+in place: the plugin's `apply_penalties` on those rows for the batches upstream samples).
 
 Where the fused kernel defers to the reference (the same tensors, upstream's sequence): a batch
 holding a request with allowed ids, a logit bias, min tokens with stop ids, bad words, min_p, a

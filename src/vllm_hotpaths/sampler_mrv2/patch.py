@@ -19,8 +19,10 @@ requests and V = 151,936): no bytes until a penalized request is admitted, then 
 penalized request, and none again once no slot holds one. `bincount` (admission),
 `apply_penalties` (the batches upstream samples) and `post_update` (each step's sampled tokens)
 run on those rows when handed the compact table, and as upstream's otherwise. Only penalized rows
-are ever read, so the penalties are the same. The rows are allocated while the engine runs,
-outside the memory vLLM profiled for its KV cache (which no longer holds the dense tables).
+are ever read, so the penalties are the same. vLLM 0.22 sizes its KV cache without the dense
+tables (allocated before its profiling run, they count in neither the weights nor its peak), so
+the rows come from the memory outside `gpu_memory_utilization` that upstream's tables hold
+always, and only while penalized requests run. vLLM's start-up warm-up requests get none.
 """
 
 from __future__ import annotations
