@@ -1,6 +1,7 @@
-"""The sampler_mrv2 plugin patch's refusals, on the installed vLLM's own sampler (CPU): what it
-leaves to the `sample` it replaced before any kernel runs. (Its equivalence with upstream is the
-patch law, `properties/test_patch.py`.)"""
+"""The sampler_mrv2 plugin patch on the installed vLLM's own sampler (CPU): what it leaves to the
+`sample` it replaced before any kernel runs, and the life of its compact penalty tables (their
+bytes, the warm-up exception). (Its equivalence with upstream is the patch law,
+`properties/test_patch.py`.)"""
 
 import pytest
 

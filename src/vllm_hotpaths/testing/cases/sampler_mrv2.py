@@ -110,9 +110,9 @@ def _assert_rows_held(penalties, dense, params: dict, step: int) -> None:
     table = table_of(penalties)
     assert table is not None, "the patched sampler holds upstream's dense penalty tables"
     for slot in params:
-        held = table.row_of[slot] >= 0
-        assert held == penalties.use_penalty[slot], \
-            f"step {step}: slot {slot} {'holds' if held else 'lacks'} a count row, penalized: {penalties.use_penalty[slot]}"
+        held, penalized = table.row_of[slot] >= 0, penalties.use_penalty[slot]
+        assert held == penalized, f"step {step}: slot {slot} {'holds' if held else 'lacks'} a count row, " \
+                                  f"penalized: {penalized}"
     if not (table.row_of >= 0).any():
         assert table.nbytes == 0, f"step {step}: {table.nbytes} bytes of tables with no penalized request"
     dense_bytes = dense.output_bin_counts.nbytes + dense.prompt_bin_mask.nbytes
