@@ -20,7 +20,7 @@ def test_the_patch_leaves_logits_it_cannot_load_to_upstream():
 
     if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
         pytest.skip("the patch is not written for the installed vLLM")
-    patch.install()
+    patch.install_methods()
     live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
     live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
     live.add_request(1, [3], [], RequestParams(temperature=0.0, seed=4))
@@ -41,13 +41,14 @@ def test_the_patched_penalty_tables_hold_rows_only_for_penalized_requests():
 
     if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
         pytest.skip("the patch is not written for the installed vLLM")
-    patch.install()
+    patch.install_methods()
     factory = registry.get("sampler_mrv2").live_factory()
     vocab, slots = 100, 4
-    with patch.upstream_tables():
-        dense = factory(vocab, slots, "cpu").sampler.penalties_state
+    dense = factory(vocab, slots, "cpu").sampler.penalties_state  # compact tables only where asked for
     dense_bytes = dense.output_bin_counts.nbytes + dense.prompt_bin_mask.nbytes
-    live = factory(vocab, slots, "cpu")
+    assert patch.table_of(dense) is None and dense.output_bin_counts.shape == (slots, vocab)
+    with patch.penalty_tables("compact"):
+        live = factory(vocab, slots, "cpu")
     table = patch.table_of(live.sampler.penalties_state)
     plain, penalized = RequestParams(temperature=1.0, seed=1), RequestParams(temperature=1.0, seed=1,
                                                                               presence_penalty=1.5)
@@ -79,9 +80,39 @@ def test_vllm_warm_up_requests_get_no_penalty_rows(monkeypatch):
 
     if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
         pytest.skip("the patch is not written for the installed vLLM")
-    patch.install()
-    live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
+    patch.install_methods()
+    with patch.penalty_tables("compact"):
+        live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
     monkeypatch.setattr(live, "_req_id", lambda slot: f"_warmup_{slot}_")
     live.add_request(0, [1], [2], RequestParams(temperature=1.0, seed=1, repetition_penalty=1.2))
     table = patch.table_of(live.sampler.penalties_state)
     assert live.sampler.penalties_state.use_penalty[0] and table.nbytes == 0 and table.row_of[0] == -1
+
+
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_apply_sampling_params_without_sample_counts_drafts_on_compact_rows():
+    """vLLM's rejection sampler calls `Sampler.apply_sampling_params` directly, never `sample`:
+    a draft row of a penalized request still counts its earlier drafts on the compact rows, as
+    upstream's dense tables do."""
+    import torch
+
+    from vllm_hotpaths import registry
+    from vllm_hotpaths.logits_copy import RequestParams
+    from vllm_hotpaths.sampler_mrv2 import patch
+    from vllm_hotpaths.testing.bits import assert_same_bits
+
+    if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
+        pytest.skip("the patch is not written for the installed vLLM")
+    patch.install_methods()
+    factory = registry.get("sampler_mrv2").live_factory()
+    dense = factory(8, 1, "cpu")
+    with patch.penalty_tables("compact"):
+        compact = factory(8, 1, "cpu")
+    logits = torch.linspace(-1.0, 1.0, 16).view(2, 8)
+    processed = []
+    for live in (dense, compact):
+        live.add_request(0, [1], [2], RequestParams(temperature=1.0, seed=1, presence_penalty=1.5))
+        args = live.sampler_args(logits, [0, 0], [0, 1], [2, 5], [2, 3])
+        processed.append(vllm_env.call(live.sampler.apply_sampling_params, **args))
+    assert processed[0][1, 5] == logits[1, 5] - 1.5  # the draft (id 5) is counted upstream
+    assert_same_bits(processed[1], processed[0], "compact rows vs upstream's dense tables")

@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     Qwen3Config(**QWEN3_06B).save_pretrained(model)
     top = max(args.batches)
     dense = args.tables == "dense"
-    with patch.upstream_tables() if dense else contextlib.nullcontext():
+    with patch.penalty_tables("dense") if dense else contextlib.nullcontext():
         llm = LLM(model=str(model), load_format="dummy", skip_tokenizer_init=True, seed=0, dtype="bfloat16",
                   attention_config={"backend": "TRITON_ATTN"}, max_num_seqs=top,
                   max_model_len=PROMPT_LEN + args.length + 64, gpu_memory_utilization=args.gpu_memory,

@@ -54,7 +54,9 @@ LOADED = (torch.float32, torch.bfloat16, torch.float16)  # the kernel upcasts th
 # every penalty, ids "_warmup_{i}_": they get no rows (their tokens are discarded), or the tables
 # would hold upstream's full size from start-up on.
 WARMUP = "_warmup_"
-_dense = [False]  # inside `upstream_tables()`: a new PenaltiesState keeps upstream's dense tables
+# What a PenaltiesState built now holds: `penalty_tables`' kind inside it, else the default, which
+# the plugin's `install` makes "compact".
+_tables = {"kind": None, "default": "dense"}
 
 
 def supports(version: str | None) -> bool:
@@ -67,19 +69,21 @@ def not_needed(version: str) -> str | None:
 
 
 @contextmanager
-def upstream_tables():
-    """PenaltiesStates built inside keep upstream's dense tables (the properties' unpatched side)."""
-    _dense[0] = True
+def penalty_tables(kind: str):
+    """PenaltiesStates built inside hold `kind` tables: "dense" (upstream's) or "compact"."""
+    if kind not in ("dense", "compact"):
+        raise ValueError(f"penalty tables are 'dense' or 'compact', not {kind!r}")
+    before, _tables["kind"] = _tables["kind"], kind
     try:
         yield
     finally:
-        _dense[0] = False
+        _tables["kind"] = before
 
 
 class EngineTables(CompactCounts):
     """A PenaltiesState's compact tables, with what the engine's calls need besides."""
 
-    max_drafts = 0  # the sampler's `num_speculative_tokens` at its last call (apply_penalties' draft bound)
+    max_drafts = 0  # the sampler's `num_speculative_tokens` (`_bound_drafts`)
     admitted = False  # a request was admitted since the last `apply_staged_writes`
 
 
@@ -134,6 +138,15 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
         write=sampler.logprobs_mode == "processed_logprobs")
 
 
+def _bound_drafts(sampler) -> None:
+    """The bound of `apply_penalties`' draft loop over the compact rows: the sampler's own
+    `num_speculative_tokens`, set before any call reaches it (the rejection sampler calls
+    `apply_sampling_params` without `sample`)."""
+    table = table_of(sampler.penalties_state)
+    if table is not None:
+        table.max_drafts = sampler.num_speculative_tokens
+
+
 def _install_sampler(sampler) -> None:
     replaced_add, replaced_sample = sampler.add_request, sampler.sample  # upstream's, or another patch's
 
@@ -143,15 +156,14 @@ def _install_sampler(sampler) -> None:
         if flags is None:
             flags = self._hotpaths_fused = np.zeros(self.sampling_states.max_num_reqs, dtype=bool)
         flags[req_idx] = covered(self, sampling_params)
+        _bound_drafts(self)
 
     def sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
         fused = fused_or_none(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
                               expanded_local_pos)
         if fused is not None:
             return fused
-        table = table_of(self.penalties_state)
-        if table is not None:  # the bound of `apply_penalties`' draft loop over the compact rows
-            table.max_drafts = self.num_speculative_tokens
+        _bound_drafts(self)
         return replaced_sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos)
 
     UPSTREAM.update(add_request=getattr(replaced_add, "hotpaths_upstream", replaced_add),
@@ -169,7 +181,7 @@ def _install_tables(penalties_module, input_batch_module) -> None:
 
     def __init__(self, req_states):
         upstream["init"](self, req_states)
-        if not _dense[0]:  # upstream's dense tables are dropped here, before vLLM profiles its memory
+        if (_tables["kind"] or _tables["default"]) == "compact":  # dense ones dropped before vLLM profiles
             _publish(self, EngineTables(self.vocab_size, req_states.max_num_reqs, self.device))
 
     def add_request(self, req_idx, sampling_params):
@@ -234,6 +246,16 @@ def _install_tables(penalties_module, input_batch_module) -> None:
 
 
 def install(version: str | None = None) -> list[str]:
+    """The plugin's entry: the patched methods, and compact tables in every PenaltiesState built
+    from now on (the engine's, built after the plugin loads)."""
+    names = install_methods(version)
+    _tables["default"] = "compact"
+    return names
+
+
+def install_methods(version: str | None = None) -> list[str]:
+    """The patched methods alone: a PenaltiesState holds compact tables only where built inside
+    `penalty_tables("compact")` (the properties, which build upstream's side in the same process)."""
     version = version or vllm_env.installed_version()
     if not supports(version):
         raise RuntimeError(f"the sampler_mrv2 patch is written for vLLM 0.22.x, not {version}")

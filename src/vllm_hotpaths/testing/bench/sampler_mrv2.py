@@ -71,7 +71,7 @@ def _upstream(batch: int, vocab: int, params: list[RequestParams], device):
     if plugin_applies():
         from vllm_hotpaths.sampler_mrv2 import patch
 
-        patch.install()  # before the requests arrive: its add_request flags them
+        patch.install_methods()  # before the requests arrive: its add_request flags them
     live = registry.get("sampler_mrv2").live_factory()(vocab, batch, device, max_model_len=64)
     for slot, p in enumerate(params):
         live.add_request(slot, [slot % vocab] * 4, [], p)

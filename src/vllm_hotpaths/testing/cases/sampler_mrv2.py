@@ -176,11 +176,12 @@ class SamplingPassChecks(Checks):
         from vllm_hotpaths import registry, vllm_env
         from vllm_hotpaths.sampler_mrv2 import patch
 
-        patch.install()
+        patch.install_methods()
         factory = registry.get(self.hotpath).live_factory()
-        with patch.upstream_tables():
+        with patch.penalty_tables("dense"):
             (upstream,) = case.samplers(factory, device=device)
-        (live,) = case.samplers(factory, device=device)
+        with patch.penalty_tables("compact"):
+            (live,) = case.samplers(factory, device=device)
         sampler = live.sampler
         for i, step in enumerate(run(case, (upstream, live), device)):
             _assert_rows_held(sampler.penalties_state, upstream.sampler.penalties_state, live.params, i)
