@@ -28,7 +28,10 @@ def check_report_shape(report):
 
 
 def test_gate_passes_and_writes_reports(run_cli, tmp_path):
-    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--report-dir", str(tmp_path))
+    # Every row of every hot path in one process: about 380 s on 2 idle cores, and twice that
+    # beside the other xdist worker on a loaded machine.
+    result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--report-dir", str(tmp_path),
+                     timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "gate-report.json").read_text())
     check_report_shape(report)
