@@ -105,15 +105,24 @@ class CompactCounts:
             self.row_of_device[slot] = -1
 
     def release_vacated(self, occupied) -> None:
-        """Free the rows of slots not in `occupied`; with no row left held, the tables go."""
+        """Free the rows of slots not in `occupied` (the slots of the requests present); with no
+        row left held, the tables go. One host pass and one device write, however many rows."""
         if not self.counts.shape[0]:
             return
-        for slot in np.flatnonzero(self.row_of >= 0):
-            if int(slot) not in occupied:
-                self.remove(int(slot))
-        if not (self.row_of >= 0).any():
-            self.free = []
+        present = np.zeros(self.max_num_reqs, dtype=bool)
+        present[np.fromiter(occupied, dtype=np.int64, count=len(occupied))] = True
+        held = self.row_of >= 0
+        vacated = np.flatnonzero(held & ~present)
+        if vacated.size == np.count_nonzero(held):  # none left (or none held since `remove`s)
+            self.row_of[:], self.free = -1, []
+            self.row_of_device.fill_(-1)
             self._resize(0)
+            return
+        if not vacated.size:
+            return
+        self.free.extend(self.row_of[vacated].tolist())
+        self.row_of[vacated] = -1
+        self.row_of_device[torch.from_numpy(vacated).to(self.device)] = -1
 
     def add(self, slot: int, prompt, output) -> None:
         """A penalized request's row from its token lists (host side)."""
