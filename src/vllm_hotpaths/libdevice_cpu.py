@@ -143,14 +143,15 @@ def install() -> None:
     if getattr(interpreter._patch_lang, "libdevice_cpu", False):
         return
     modules = [importlib.import_module(name) for name in LIBDEVICE_MODULES]
+    replacements = [(module, name, _interpreted(name)) for module in modules for name, member in vars(module).items()
+                    if callable(member) and not name.startswith("_")
+                    and getattr(member, "__module__", None) == module.__name__]
     patch_lang = interpreter._patch_lang
 
     def patch_lang_with_libdevice(fn):
         scope = patch_lang(fn)
-        for module in modules:
-            for name, member in vars(module).items():
-                if callable(member) and not name.startswith("_") and getattr(member, "__module__", None) == module.__name__:
-                    scope.set_attr(module, name, _interpreted(name))
+        for module, name, function in replacements:
+            scope.set_attr(module, name, function)
         return scope
 
     patch_lang_with_libdevice.libdevice_cpu = True
