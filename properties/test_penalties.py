@@ -30,12 +30,6 @@ pytestmark = pytest.mark.hotpath("penalties")
 replayed = committed_examples("penalties", PenaltiesProgram, "program")
 
 
-
-
-
-
-
-
 @pytest.mark.check("equivalence")
 @pytest.mark.triton
 @pytest.mark.implementation("fused kernels")
@@ -89,10 +83,6 @@ def test_cuda_reference_matches_compiled_op(program, device, case_log):
     for i, step in enumerate(run.steps()):
         note("contiguous logits" if step.contiguous else "non-contiguous logits")
         assert_same_step(reference, compiled, step, device, f"step {i} (reference vs compiled op)")
-
-
-
-
 
 
 @pytest.mark.check("conformance")
