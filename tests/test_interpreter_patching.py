@@ -5,6 +5,7 @@ Run in a fresh process: Triton keeps the patches a device-function call makes, s
 in which no kernel ran yet has `triton.language.core` unpatched, the case where a device function
 that sees only that module must still get it patched."""
 
+import json
 import os
 
 import pytest
@@ -64,8 +65,6 @@ print(json.dumps({"same": once == every, "once": once_patches, "every": every_pa
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs Triton's interpreter")
 def test_a_launch_patches_the_language_once_and_computes_the_same_bits(run_cli):
-    import json
-
     result = run_cli("-c", SCRIPT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     counts = json.loads(result.stdout.strip().splitlines()[-1])
