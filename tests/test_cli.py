@@ -11,7 +11,7 @@ STATUSES = {"pass", "fail", "skip", "expected-divergence"}
 def check_report_shape(report):
     assert set(report) == {"vllm_version", "suite", "profile", "seed", "command", "environment", "duration_s",
                            "devices", "partial", "problems", "verdict", "results", "runner", "runner_choice",
-                           "runner_changes", "committed_fixtures"}
+                           "runner_changes", "committed_fixtures", "idle_s"}
     assert report["committed_fixtures"] == "replayed"
     assert set(report["environment"]) == {"date", "commit", "python", "torch", "triton", "hypothesis",
                                           "vllm", "cuda_device"}
@@ -19,7 +19,7 @@ def check_report_shape(report):
     for row in report["results"]:
         assert set(row) == {"hotpath", "runner", "check", "device", "implementation", "status", "examples",
                             "fixture", "outcomes", "excused", "failures", "skip_reasons", "excused_counts",
-                            "counted_examples", "shown_fixtures"}
+                            "counted_examples", "shown_fixtures", "seconds"}
         assert row["check"] in {"equivalence", "conformance", "drift", "semantic-change", "runner-change"}
         assert row["device"] in {"cpu", "cuda"}
         assert row["runner"] == registry.get(row["hotpath"]).runner
@@ -50,6 +50,12 @@ def test_gate_passes_and_writes_reports(run_cli, tmp_path):
     assert "| penalties" in (tmp_path / "gate-report.md").read_text()
     assert "| penalties" in result.stdout
     assert result.stdout.rstrip().splitlines()[-1].startswith("PASS: ")
+    # each row's seconds (its tests' setup, call and teardown) and how long each worker sat idle
+    ran = [r for r in report["results"] if r["status"] != "skip"]
+    assert all(r["seconds"] > 0 for r in ran) and sum(r["seconds"] for r in ran) <= report["duration_s"]
+    assert set(report["idle_s"]) == {"main"} and 0 <= report["idle_s"]["main"] < report["duration_s"]
+    assert f"workers idle: main {report['idle_s']['main']:.0f} s;" in result.stdout.rstrip().splitlines()[-1]
+    assert "| examples | seconds |" in (tmp_path / "gate-report.md").read_text()
     # the runner-change section closes the output, before the verdict
     title = f"What changes for your sampled tokens when vLLM {report['vllm_version'] or '(not installed)'} runs"
     assert title in result.stdout.split("reports: ")[-1], result.stdout[-3000:]

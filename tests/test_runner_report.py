@@ -99,7 +99,8 @@ def report(counts, examples, shown, outcome="passed"):
              ("excused", sorted(counts)), ("excused_counts", counts), ("counted_examples", examples),
              ("shown_fixtures", shown)]
     return SimpleNamespace(user_properties=props, when="call", outcome=outcome, failed=False,
-                           nodeid="properties/test_runner_change.py::t[penalties_mrv2-cpu]", longrepr=None)
+                           nodeid="properties/test_runner_change.py::t[penalties_mrv2-cpu]", longrepr=None,
+                           start=0.0, stop=1.0, duration=1.0)
 
 
 def test_counts_merge_across_workers_and_the_interpreted_process():

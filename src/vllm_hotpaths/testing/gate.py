@@ -58,6 +58,7 @@ class Row:
     excused_counts: Counter = field(default_factory=Counter)
     counted_examples: int = 0
     shown_fixtures: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0  # its tests' time, setup and teardown included (as pytest's --durations)
 
     @property
     def runner(self) -> str:
@@ -78,7 +79,8 @@ class Row:
                 "examples": self.examples, "fixture": self.fixture,
                 "outcomes": self.outcomes, "excused": sorted(self.excused), "failures": self.failures,
                 "skip_reasons": sorted(set(self.reasons)), "excused_counts": dict(sorted(self.excused_counts.items())),
-                "counted_examples": self.counted_examples, "shown_fixtures": dict(sorted(self.shown_fixtures.items()))}
+                "counted_examples": self.counted_examples, "shown_fixtures": dict(sorted(self.shown_fixtures.items())),
+                "seconds": round(self.seconds, 1)}
 
     def merge(self, other: dict) -> None:
         """Add a row of another gate process's report (same key)."""
@@ -88,6 +90,7 @@ class Row:
         self.fixture = self.fixture or other["fixture"]
         self.failures += other["failures"]
         self.reasons += other["skip_reasons"]
+        self.seconds += other.get("seconds", 0.0)
         self.add_counts(other.get("excused_counts", {}), other.get("counted_examples", 0),
                         other.get("shown_fixtures", {}))
 
@@ -99,9 +102,43 @@ class Row:
             self.shown_fixtures.setdefault(link, path)
 
 
+class Workers:
+    """When each pytest process (xdist worker, or this process without xdist) was running a test,
+    from the reports' start and stop times: how long each sat idle while another still worked."""
+
+    def __init__(self) -> None:
+        self.busy: dict[str, list[tuple[float, float]]] = {}
+
+    def add(self, report) -> None:
+        node = getattr(report, "node", None)
+        name = node.gateway.id if node is not None else "main"
+        self.busy.setdefault(name, []).append((report.start, report.stop))
+
+    def idle(self) -> dict[str, float]:
+        """Worker -> seconds between the first test's start and the last test's end (any worker)
+        in which it ran none."""
+        spans = [span for spans in self.busy.values() for span in spans]
+        if not spans:
+            return {}
+        first, last = min(s for s, _ in spans), max(e for _, e in spans)
+        out = {}
+        for name, worked in sorted(self.busy.items()):
+            covered, reached = 0.0, first
+            for start, stop in sorted(worked):
+                covered += max(0.0, stop - max(start, reached))
+                reached = max(reached, stop)
+            out[name] = round(last - first - covered, 1)
+        return out
+
+
+def idle_text(idle: dict[str, float]) -> str:
+    return ", ".join(f"{name} {seconds:.0f} s" for name, seconds in idle.items()) or "none ran"
+
+
 class GatePlugin:
-    """Collects property reports (works with xdist: reports carry user_properties), prints a line
-    per property with its progress, and keeps collection errors."""
+    """Collects property reports (works with xdist: reports carry user_properties and the worker
+    that ran them), prints a line per property with its progress, times each row and worker, and
+    keeps collection errors."""
 
     def __init__(self, replay: Callable[[str], str] = lambda nodeid: f"python -m pytest '{nodeid}'") -> None:
         self.rows: dict[tuple, Row] = {}
@@ -111,6 +148,9 @@ class GatePlugin:
         self.total = 0
         self.done = 0
         self.started = time.monotonic()
+        self.workers = Workers()
+        self.row_of: dict[str, Row] = {}  # a property's row (its setup reports carry no row)
+        self.unplaced: dict[str, float] = {}  # setup seconds of a property whose row is not known yet
 
     def pytest_configure(self, config):
         self.terminal = config.pluginmanager.get_plugin("terminalreporter")
@@ -142,12 +182,20 @@ class GatePlugin:
 
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
+        self.workers.add(report)
         if report.when == "teardown":
             self.done += 1
+        seconds = report.duration
         if "hotpath" not in props or (report.when != "call" and report.outcome == "passed"):
+            if report.nodeid in self.row_of:
+                self.row_of[report.nodeid].seconds += seconds
+            else:
+                self.unplaced[report.nodeid] = self.unplaced.get(report.nodeid, 0.0) + seconds
             return
         key = (props["hotpath"], props["check"], props["device"], props["implementation"])
         row = self.rows.setdefault(key, Row(*key))
+        self.row_of[report.nodeid] = row
+        row.seconds += seconds + self.unplaced.pop(report.nodeid, 0.0)
         row.outcomes.append(report.outcome)
         row.examples += int(props.get("examples", 0))
         row.excused.update(props.get("excused", []))
@@ -164,13 +212,14 @@ class GatePlugin:
         progress = f"[{self.done + 1}/{self.total or '?'}]"  # (this test's teardown comes later)
         self._say(f"  {progress:>9} {time.monotonic() - self.started:6.0f}s {report.outcome:8} "
                   f"{props['hotpath']:14} {props['check']:12} {props['device']:5} "
-                  f"{props['examples']:>6} examples  {name}")
+                  f"{props['examples']:>6} examples {report.duration:6.0f}s  {name}")
 
 
 def table(rows: list[Row]) -> str:
-    header = ("hot path", "runner", "check", "device", "implementation", "status", "examples", "fixture")
+    header = ("hot path", "runner", "check", "device", "implementation", "status", "examples", "seconds", "fixture")
     lines = [header] + [
-        (r.hotpath, r.runner, r.check, r.device, r.implementation, r.status, str(r.examples), r.fixture or "")
+        (r.hotpath, r.runner, r.check, r.device, r.implementation, r.status, str(r.examples), f"{r.seconds:.0f}",
+         r.fixture or "")
         for r in rows
     ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -314,7 +363,8 @@ class RowsWriter(GatePlugin):
 
     def pytest_sessionfinish(self, session):
         if not hasattr(session.config, "workerinput"):  # xdist workers report to the controller
-            self.path.write_text(json.dumps([r.as_json() for r in self.rows.values()], indent=1) + "\n")
+            self.path.write_text(json.dumps({"rows": [r.as_json() for r in self.rows.values()],
+                                             "idle_s": self.workers.idle()}, indent=1) + "\n")
 
 
 def interprets_apart(options: GateOptions) -> bool:
@@ -333,7 +383,7 @@ def interprets_apart(options: GateOptions) -> bool:
 
 
 def _interpreted_run(options: GateOptions):
-    """(exit code, rows) of the run of the Triton cases on CPU tensors in Triton's interpreter (a
+    """(exit code, rows, idle seconds per worker) of the run of the Triton cases on CPU tensors in Triton's interpreter (a
     second pytest process). The GPU is hidden from it: it runs CPU cases only, and vLLM, seeing a
     GPU, would put its Model Runner V2 buffers there, which interpreted kernels cannot mix with
     CPU tensors."""
@@ -344,8 +394,9 @@ def _interpreted_run(options: GateOptions):
         print("gate: the Triton cases on CPU tensors, in Triton's interpreter:\n  TRITON_INTERPRET=1 "
               "CUDA_VISIBLE_DEVICES= " + " ".join(cmd), flush=True)
         code = subprocess.run(cmd, env=dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")).returncode
-        rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
-    return (code if rows else 2), rows
+        written = json.loads(rows_file.read_text()) if rows_file.exists() else {}
+    rows = written.get("rows", [])
+    return (code if rows else 2), rows, written.get("idle_s", {})
 
 
 def record(rows: list[Row], version: str, profile: str, path: Path, environment: dict | None = None) -> dict[str, bool]:
@@ -437,11 +488,13 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     signal.signal(signal.SIGTERM, interrupted)  # a cancelled CI job still gets its partial report
     partial: list[str] = []
     code = 2
+    idle_elsewhere: dict[str, float] = {}  # the interpreter run's workers
     try:
         split = interprets_apart(options)
         code = pytest.main(options.pytest_args(split=split), plugins=[plugin])
         if split:
-            child_code, child_rows = _interpreted_run(options)
+            child_code, child_rows, child_idle = _interpreted_run(options)
+            idle_elsewhere = {f"interpreter {name}": s for name, s in child_idle.items()}
             code = code if child_code in (0, 5) else child_code
             if not child_rows:
                 partial.append("the interpreter run wrote no rows")
@@ -461,6 +514,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     if not rows:
         partial.append("no property ran")
     duration = time.monotonic() - started
+    idle = {**plugin.workers.idle(), **idle_elsewhere}
     failed = [r for r in rows if r.status == "fail"]
     skipped = [r for r in rows if r.status == "skip"]
     if code not in (0, 5) and not failed and not partial:  # e.g. an error outside any property
@@ -472,7 +526,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
               "runner": options.runner, "committed_fixtures": "left out" if options.generated_only else "replayed",
               "runner_choice": choice,
               "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
-              "environment": environment(options, version), "duration_s": round(duration, 1),
+              "environment": environment(options, version), "duration_s": round(duration, 1), "idle_s": idle,
               "devices": sorted({r.device for r in rows if r.status != "skip"}),
               "partial": bool(partial), "problems": partial, "verdict": verdict,
               "results": [r.as_json() for r in rows],
@@ -499,7 +553,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     print("\n" + "\n".join(changes))
     counts = {s: sum(r.status == s for r in rows) for s in ("pass", "expected-divergence", "fail", "skip")}
     print(f"\n{verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-          + f" rows; {len(partial)} problem(s); {duration:.0f} s; seed {options.seed}")
+          + f" rows; {len(partial)} problem(s); {duration:.0f} s, workers idle: {idle_text(idle)}; seed {options.seed}")
     return 0 if verdict == "PASS" else 1
 
 
@@ -535,7 +589,7 @@ def write_reports(report: dict, rows: list[Row], report_dir: Path, changes: list
           f"**{report['verdict']}**" + (" (partial report)" if report["partial"] else ""), "",
           f"vLLM: {report['vllm_version'] or 'not installed'}; profile: {report['profile']}; "
           f"seed: {report['seed']}; devices: {', '.join(report['devices']) or 'none'}; "
-          f"duration: {report['duration_s']:.0f} s"
+          f"duration: {report['duration_s']:.0f} s (workers idle: {idle_text(report.get('idle_s', {}))})"
           + ("; committed fixtures left out (generated cases only)"
              if report.get("committed_fixtures") == "left out" else "") + "  ",
           f"{env['date']}, suite {report.get('suite')} at commit {env['commit']}; Python {env['python']}, torch {env['torch']}, "

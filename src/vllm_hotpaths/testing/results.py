@@ -9,7 +9,7 @@ import json
 import shlex
 from pathlib import Path
 
-from vllm_hotpaths.testing import runner_report
+from vllm_hotpaths.testing import gate, runner_report
 
 
 def machine_folders(command: str) -> dict[str, str]:
@@ -42,12 +42,15 @@ def _gate_page(report: dict, source: str) -> str:
              f"vLLM: {report.get('vllm_version') or 'not installed'}; profile: {report['profile']}; "
              f"seed: {report.get('seed')}; devices: {', '.join(report.get('devices', []))}  ",
              f"{env.get('date')}, commit {env.get('commit')}; torch {env.get('torch')}, Triton {env.get('triton')}"
-             + (f"; {env['cuda_device']}" if env.get("cuda_device") else "") + f"; from `{source}`", "",
-             "| hot path | runner | check | device | implementation | status | examples |",
-             "|---|---|---|---|---|---|---|"]
-    for r in report["results"]:  # reports written before rows carried a runner say "?"
+             + (f"; {env['cuda_device']}" if env.get("cuda_device") else "") + f"; from `{source}`"
+             + (f"  \nDuration: {report['duration_s']:.0f} s; workers idle: {gate.idle_text(report['idle_s'])}"
+                if "idle_s" in report else ""), "",
+             "| hot path | runner | check | device | implementation | status | examples | seconds |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in report["results"]:  # reports written before rows carried a runner or seconds say "?"
         lines.append(f"| {r['hotpath']} | {r.get('runner', '?')} | {r['check']} | {r['device']} | "
-                     f"{r['implementation']} | {r['status']} | {r['examples']} |")
+                     f"{r['implementation']} | {r['status']} | {r['examples']} | "
+                     f"{format(r['seconds'], '.0f') if 'seconds' in r else '?'} |")
     failures = [f for r in report["results"] for f in r.get("failures", [])]
     if failures:
         lines += ["", "Failures:", ""] + [f"- `{f['test']}`: {f['message'].splitlines()[0] if f['message'] else ''}"
