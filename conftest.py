@@ -11,6 +11,8 @@
   registry entry names its `Checks`, per candidate and device.
 - Every property also carries its hot path's name and its check kind as plain markers, for `-m`.
 - A failing property writes its last (shrunk) case as a regression fixture and names the file.
+- Under xdist the longest tests go first, by their seconds in ci/durations.json (`--store-durations`
+  records them: vllm_hotpaths.testing.durations).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from properties import REGRESSIONS
 from vllm_hotpaths.testing import fixtures, gate, ledger
 from vllm_hotpaths.testing.laws import CaseLog, Side
 from vllm_hotpaths.testing.watchdog import DEFAULT_SECONDS as DEFAULT_TIMEOUTS, TimedOut, default_seconds, limit
+
+pytest_plugins = ["vllm_hotpaths.testing.durations"]
 
 # Without a GPU, Triton kernels (ours and vLLM's) run in Triton's interpreter; this must happen
 # before any kernel module is imported.
