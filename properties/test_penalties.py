@@ -30,6 +30,21 @@ pytestmark = pytest.mark.hotpath("penalties")
 replayed = committed_examples("penalties", PenaltiesProgram, "program")
 
 
+def kernel_blocks(vocab_size: int, longest: int, device: str) -> tuple[int, int]:
+    """(token ids per counting program, lanes per penalizing program) for a step (results never
+    depend on them). Small vocabularies get small blocks, so ids and lanes cross block
+    boundaries; real ones the kernels' own. In Triton's interpreter, whose cost is per program
+    rather than per lane, a row takes at most about four programs of each kernel: counting blocks
+    grow with the longest token list (256 ids: 64 per program, not 4), and a real vocabulary is
+    penalized 32,768 lanes at a time (262,144 ids: 8 programs, not 128); boundaries are still
+    crossed, every id still reached, and the CUDA run keeps the blocks above."""
+    count, penalize = (4, 8) if vocab_size <= 64 else (fused.COUNT_BLOCK, fused.PENALIZE_BLOCK)
+    if device == "cpu":
+        count = max(count, 1 << max(0, (longest - 1) // 4).bit_length())
+        penalize = max(penalize, 2**15) if vocab_size > 64 else penalize
+    return count, penalize
+
+
 @pytest.mark.check("equivalence")
 @pytest.mark.triton
 @pytest.mark.implementation("fused kernels")
@@ -39,14 +54,13 @@ def test_fused_kernels_match_compiled_op_arithmetic(program, device, case_log):
     """The fused kernels == the reference's penalty arithmetic with vLLM's compiled repetition op
     (`x / p`), on contiguous logits at every step of a program, one scratch for all steps (it must
     come back all zero). On CPU the kernels run in Triton's interpreter and the op's arithmetic is
-    the reference's torch code on CPU tensors; on CUDA both are on the device. Small vocabularies
-    get small blocks, so ids and lanes cross block boundaries. On every other step the last
+    the reference's torch code on CPU tensors; on CUDA both are on the device. Blocks:
+    `kernel_blocks`. On every other step the lastOn every other step the last
     column reaches the kernels blanked, with its ids as the steady step's `new` ids: the counting
     kernel must store them and count them, not the blanked ones."""
     case_log.record(program)
     run = PenaltiesRun(program)
     reference = HOTPATH.reference()(program.vocab_size, device, run.batch)
-    blocks = (4, 8) if program.vocab_size <= 64 else (fused.COUNT_BLOCK, fused.PENALIZE_BLOCK)
     counts = torch.zeros(0, dtype=torch.int32, device=device)
     for i, step in enumerate(run.steps()):
         logits, prompt, presence, frequency, repetition, rows = step.on(device)
@@ -62,6 +76,7 @@ def test_fused_kernels_match_compiled_op_arithmetic(program, device, case_log):
             new = torch.stack([torch.full_like(last, tokens.shape[1] - 1), last])
             given_tokens = tokens.clone()
             given_tokens[:, -1] = torch.where(last == program.vocab_size, 0, program.vocab_size)
+        blocks = kernel_blocks(program.vocab_size, max(tokens.shape[1], prompt.shape[1]), device)
         actual = fused.apply_penalties(logits.clone(), prompt, given_tokens, presence, frequency, repetition,
                                        counts, blocks=blocks, new=new)
         assert_same_bits(actual, expected, f"step {i}: penalized logits, fused kernels vs reference")
