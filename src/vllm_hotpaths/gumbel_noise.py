@@ -6,11 +6,14 @@ resampling (`rejection_mrv2`). One function per release era, selected by constex
   noise `-log(-log u)`;
 - 0.24-0.30 (`NOISE_LOG1P`): the same uniform floored at 4.66e-10, noise `-log(-log1p(-u))` with
   libdevice log1p (in Triton's interpreter: `vllm_hotpaths.libdevice_cpu`, the GPU's function);
-- 0.31 on (`NOISE_MURMUR3`): a murmur3 hash of (seed, pos, token), log1p by a degree-8 series;
+- 0.31 on (`NOISE_MURMUR3`): a murmur3 hash of (seed, pos, token), log1p by a degree-8 series
+  (in Triton's interpreter the hash runs in NumPy, `vllm_hotpaths.interpreter_random`);
 - `philox_uniform64`: the fp64 draw of 0.21 (the rejection sampler's acceptance test until 0.24).
 """
 
 from __future__ import annotations
+
+import os
 
 from vllm_hotpaths import vllm_env
 
@@ -56,6 +59,12 @@ def _murmur_uniform(seed, pos, token):
     # Two exact 16-bit halves: (h + 0.5) * 2**-32 rounded once, in the arithmetic upstream writes.
     return ((h >> 16).to(tl.int32).to(tl.float32) * 1.52587890625e-05
             + ((h & 0xFFFF).to(tl.int32).to(tl.float32) + 0.5) * 2.3283064365386963e-10)
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # the same bits in NumPy: interpreter_random
+    from vllm_hotpaths import interpreter_random
+
+    _murmur_uniform = interpreter_random.vectorized(_murmur_uniform, interpreter_random.murmur_uniform)
 
 
 @triton.jit

@@ -51,9 +51,9 @@ def set_cpu_environment() -> None:
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of the CPU sampler
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from vllm_hotpaths import interpreter_bf16, interpreter_patching, interpreter_philox, libdevice_cpu
+        from vllm_hotpaths import interpreter_bf16, interpreter_patching, interpreter_random, libdevice_cpu
 
-        interpreter_philox.install()  # Philox's rounds in NumPy: most of an interpreted sampling pass
+        interpreter_random.install()  # Philox's rounds in NumPy: most of an interpreted sampling pass
         libdevice_cpu.install()  # vLLM's kernels call libdevice log1p from 0.24
         interpreter_bf16.install()  # 0.26.0's min_p takes a bf16 row's maximum in bf16
         interpreter_patching.install()  # after libdevice_cpu: launches patch libdevice too

@@ -1,4 +1,5 @@
-"""Triton's Philox in its interpreter as a handful of NumPy calls instead of a hundred interpreted ops.
+"""The random draws of interpreted kernels as a handful of NumPy calls instead of a hundred
+interpreted ops: Triton's Philox, and the murmur3 hash of the sampling noise from vLLM 0.31.
 
 `tl.randint`, `tl.rand` and everything above them end in `triton.language.random.philox`: the
 seed split into two 32-bit key words, then ten rounds of two 32-bit high multiplies, two low
@@ -6,14 +7,17 @@ multiplies, four XORs and two key additions; `tl.rand` then maps each word to a 
 interpreter runs each of those as a Triton op (type checks, broadcasting, a new tensor and handle
 each), about 25 ms a call, once per program: in an interpreted sampling pass Philox was 23.4 s of
 44 s (cProfile of `sampler_mrv2`'s equivalence property on CPU, `smoke` profile, 928 calls).
+`gumbel_noise._murmur_uniform` (our reference's murmur3 of seed, position and token) costs the
+same way: four mixing rounds and a finalizer, about 60 ops.
 
 `install()` puts in their place, for the interpreter only, the same operations on the operands'
 NumPy arrays: the interpreter's own casts (`astype`, `view`), unsigned 32-bit arithmetic that
 wraps, the high word of each product taken from its 64-bit value (as its `umulhi`), and the
-float mapping in fp32. The bits are Triton's interpreter's (tests/test_interpreter_philox.py
-compares them with Triton's own functions, and the conformance properties compare vLLM's
-interpreted kernels with our references). What these functions do not cover goes to Triton's
-own: 64-bit counters, fewer than two rounds and operands that are not tensors. Compiled kernels are not affected.
+float arithmetic in fp32. The bits are Triton's interpreter's (tests/test_interpreter_random.py
+compares them with the interpreted functions, and the conformance properties compare vLLM's
+interpreted kernels with our references). What these functions do not cover goes to the
+interpreted function: 64-bit counters, fewer than two rounds and operands that are not tensors.
+Compiled kernels are not affected.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ SCALE_32 = np.float32(4.6566127342e-10)  # uint_to_uniform_float's for 32-bit wo
 
 
 def install() -> None:
+    """Triton's Philox functions (gumbel_noise installs `murmur_uniform` for its own)."""
     import triton.language.random as random
 
     if not getattr(random.philox, "vectorized", False):
@@ -122,3 +127,36 @@ def _uniform(x):
     data = folded.astype(np.float32) * SCALE_32
     kind = tl.block_type(tl.float32, x.type.shape) if x.type.is_block() else tl.float32
     return tl.tensor(TensorHandle(data, tl.float32), kind)
+
+
+def _rotl(x, r: int):
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _murmur_round(h, k):
+    k = _rotl(k * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+    return _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def murmur_uniform(seed, pos, token):
+    """`gumbel_noise._murmur_uniform`: MurmurHash3 (x86, 32-bit) of seed.lo, seed.hi, pos.lo and
+    the token, then (h >> 16) * 2**-16 + ((h & 0xFFFF) + 0.5) * 2**-32 in fp32."""
+    import triton.language as tl
+
+    if not _tensors(seed, pos, token) or any(t.dtype.name not in SEEDS for t in (seed, pos, token)):
+        return None
+    s, p = seed.handle.data.astype(np.int64), pos.handle.data.astype(np.int64)
+    with np.errstate(over="ignore"):
+        h = (s ^ s).astype(np.uint32)
+        for word in ((s & 0xFFFFFFFF).astype(np.uint32), ((s >> 32) & 0xFFFFFFFF).astype(np.uint32),
+                     (p & 0xFFFFFFFF).astype(np.uint32), token.handle.data.astype(np.uint32)):
+            h = _murmur_round(h, word)
+        h = h ^ np.uint32(16)
+        h = (h ^ (h >> np.uint32(16))) * np.uint32(0x85EBCA6B)
+        h = (h ^ (h >> np.uint32(13))) * np.uint32(0xC2B2AE35)
+        h = h ^ (h >> np.uint32(16))
+    high = (h >> np.uint32(16)).astype(np.int32).astype(np.float32)
+    low = (h & np.uint32(0xFFFF)).astype(np.int32).astype(np.float32)
+    data = high * np.float32(1.52587890625e-05) + (low + np.float32(0.5)) * np.float32(2.3283064365386963e-10)
+    (out,) = _words([data], [seed, pos, token], tl.float32)
+    return out
