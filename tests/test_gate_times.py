@@ -52,6 +52,7 @@ def test_a_rows_seconds_include_its_tests_setup_and_teardown():
 
 
 def test_xdist_runs_take_the_longest_recorded_tests_first_and_unrecorded_ones_as_their_median(tmp_path):
+    """Sorted by seconds (an unrecorded test as their median), then dealt to the workers' shares."""
     from vllm_hotpaths.testing import durations
 
     (tmp_path / "ci").mkdir()
@@ -60,9 +61,14 @@ def test_xdist_runs_take_the_longest_recorded_tests_first_and_unrecorded_ones_as
     alone = SimpleNamespace(rootpath=tmp_path, getoption=lambda name, default=None: "no")
     durations.pytest_collection_modifyitems(alone, items)
     assert [i.nodeid for i in items] == ["a", "new", "b", "c"]  # no xdist: as collected
-    worker = SimpleNamespace(rootpath=tmp_path, workerinput={}, getoption=lambda name, default=None: "load")
+    worker = SimpleNamespace(rootpath=tmp_path, workerinput={"workercount": 1},
+                             getoption=lambda name, default=None: "worksteal")
     durations.pytest_collection_modifyitems(worker, items)
     assert [i.nodeid for i in items] == ["b", "new", "c", "a"]
+    # two workers: worksteal's two initial shares, each longest first, of about equal length
+    worker.workerinput["workercount"] = 2
+    durations.pytest_collection_modifyitems(worker, items)
+    assert [i.nodeid for i in items] == ["b", "c", "new", "a"]
 
 
 def test_stored_durations_add_a_tests_phases_and_keep_tests_that_did_not_run(tmp_path):

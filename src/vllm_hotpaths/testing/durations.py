@@ -1,12 +1,15 @@
-"""Longest tests first: each test's recorded seconds order what pytest-xdist hands its workers.
+"""Both workers busy to the end: xdist steals work, and the longest tests go first.
 
-xdist gives out tests in collection order. A long test left for last keeps one worker busy while
-the others have nothing to do (in the 0.22.0 gate, 730 s of 1,588 s: the sampling pass's rows ran
-last, one after another). Sorted by their recorded seconds, longest first, the long tests start at
-once and the short ones fill the end. `ci/durations.json` holds the seconds (setup, call and
-teardown) of each test of a `CI=true pytest -n auto --store-durations` run; a test it does not
-name (a new one) is placed as its median. Only xdist runs are reordered; the seconds only decide
-the order, never what runs.
+xdist's default scheduler hands out tests in collection order and never takes back one it has
+queued on a worker: a long test queued last keeps one worker busy while the others have nothing
+left (in the 0.22.0 gate, 730 s of 1,588 s). Where pytest runs with `-n` and names no `--dist`,
+this plugin picks `--dist worksteal`: a worker with nothing left takes half of another's queue,
+from its end. The tests are then ordered by their recorded seconds, longest first, and dealt in
+turn to the workers' initial shares (worksteal splits the collection into one run of tests per
+worker), so each share starts with its long tests and ends with short ones that can be taken.
+`ci/durations.json` holds the seconds (setup, call and teardown) of each test of a
+`CI=true pytest -n auto --store-durations` run; a test it does not name (a new one) is placed as
+its median. Only xdist runs are reordered; the seconds only decide the order, never what runs.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ def pytest_addoption(parser):
         help=f"write each test's seconds into {FILE}, which orders the tests of an xdist run, longest first")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which makes "no" into "load" under -n
+def pytest_cmdline_main(config):
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None) \
+            and config.getoption("dist") == "no":
+        config.option.dist = "worksteal"
+
+
 def distributed(config) -> bool:
     return hasattr(config, "workerinput") or config.getoption("dist", "no") != "no"
 
@@ -43,7 +53,9 @@ def pytest_collection_modifyitems(config, items):
         return
     seconds = recorded(config)
     guess = statistics.median(seconds.values()) if seconds else 0.0
-    items.sort(key=lambda item: -seconds.get(item.nodeid, guess))  # stable: ties keep their order
+    longest_first = sorted(items, key=lambda item: -seconds.get(item.nodeid, guess))  # stable
+    workers = max(1, int(getattr(config, "workerinput", {}).get("workercount", 1)))
+    items[:] = [item for share in range(workers) for item in longest_first[share::workers]]
 
 
 class Recorder:
