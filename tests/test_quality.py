@@ -1,9 +1,11 @@
 """The quality set: every deliberately wrong candidate is caught by the `ci` profile, and the
 failure writes a regression fixture that the failure message names.
 
-The runs pass `--no-shrink`: the examples drawn are the profile's own, so what is caught is what
-the profile catches, while shrinking (most of the time of a failing run) is left out here. The
-shrunk fixture a failing run writes is tested in tests/test_gate_robustness.py.
+Each run is a fresh pytest process, forked from one that has imported torch and pytest
+(tests/forked_pytest.py). The runs pass `--no-shrink`: the examples drawn are the profile's own,
+so what is caught is what the profile catches, while shrinking (most of the time of a failing
+run) is left out here. The shrunk fixture a failing run writes is tested in
+tests/test_gate_robustness.py.
 
 Committed fixtures are not replayed here (VLLM_HOTPATHS_NO_REPLAY=1): generation alone must find
 each bug, so the committed counterexamples are a second net, not the only one. Nor are they
@@ -15,24 +17,28 @@ import json
 import pytest
 
 from properties.quality.runs import failure_types, planted_runs
+from tests.forked_pytest import run_pytest
 
 PLANTED = planted_runs()
 
 
 @pytest.mark.parametrize("run", PLANTED, ids=[run.name for run in PLANTED])
-def test_planted_bug_is_caught(run, run_cli, tmp_path):
+def test_planted_bug_is_caught(run, pytestconfig, tmp_path):
     """A candidate (`--impl`) or a planted reference (`--reference`, law conformance against the
     installed vLLM) fails its property on the CPU, found by generated cases (its profile,
     derandomized); one that fresh seeds' generation reaches on fewer than 8 of 10 also fails on
     the committed fixture named for it, replayed."""
     if run.skip_reason():
         pytest.skip(run.skip_reason())
-    result = run_cli(*run.args(tmp_path), **run.env(tmp_path))
+    root = pytestconfig.rootpath
+    args = run.args(tmp_path)
+    assert args[:2] == ["-m", "pytest"], args
+    result = run_pytest(args[2:], root, **run.env(tmp_path))
     assert_caught_with_fixture(result, tmp_path, run.hotpath, run.mutant)
     if run.fixture is not None:
         replayed = tmp_path / "replayed"
-        result = run_cli("-m", "pytest", run.target, "-q", "-x", "-p", "no:cacheprovider", "-k", run.keyword,
-                         "--hypothesis-profile", "smoke", "--fixture-dir", str(replayed), run.option, run.spec)
+        result = run_pytest([run.target, "-q", "-x", "-p", "no:cacheprovider", "-k", run.keyword, "--hypothesis-profile",
+                             "smoke", "--fixture-dir", str(replayed), run.option, run.spec], root)
         named = [line for line in result.stdout.splitlines() if "committed fixture" in line and run.fixture in line]
         assert result.returncode == 1 and named, result.stdout[-3000:]
 
