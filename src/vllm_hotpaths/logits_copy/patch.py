@@ -12,6 +12,8 @@ as it is.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 from packaging.version import Version
 
@@ -66,6 +68,17 @@ def install(version: str | None = None) -> list[str]:
     if UPSTREAM:
         return ["Sampler.add_request", "Sampler.sample"]
     upstream_add, upstream_sample = sampler.add_request, sampler.sample
+    add_request, sample = _patched(module, upstream_add, upstream_sample)
+    # Another patch may have replaced these already: UPSTREAM keeps vLLM's own.
+    UPSTREAM.update(add_request=getattr(upstream_add, "hotpaths_upstream", upstream_add),
+                    sample=getattr(upstream_sample, "hotpaths_upstream", upstream_sample))
+    add_request.hotpaths_upstream, sample.hotpaths_upstream = UPSTREAM["add_request"], UPSTREAM["sample"]
+    sampler.add_request, sampler.sample = add_request, sample
+    return ["Sampler.add_request", "Sampler.sample"]
+
+
+def _patched(module, upstream_add, upstream_sample):
+    """(add_request, sample) of the patch over the given methods."""
 
     def add_request(self, req_idx, prompt_len, sampling_params):
         upstream_add(self, req_idx, prompt_len, sampling_params)
@@ -84,9 +97,20 @@ def install(version: str | None = None) -> list[str]:
                                        pos, apply_temperature=False, use_fp64=self.use_fp64_gumbel)
         return sampled, logits
 
-    # Another patch may have replaced these already: UPSTREAM keeps vLLM's own.
-    UPSTREAM.update(add_request=getattr(upstream_add, "hotpaths_upstream", upstream_add),
-                    sample=getattr(upstream_sample, "hotpaths_upstream", upstream_sample))
-    add_request.hotpaths_upstream, sample.hotpaths_upstream = UPSTREAM["add_request"], UPSTREAM["sample"]
-    sampler.add_request, sampler.sample = add_request, sample
-    return ["Sampler.add_request", "Sampler.sample"]
+    return add_request, sample
+
+
+@contextmanager
+def alone(version: str | None = None):
+    """This patch directly over vLLM's own `Sampler` methods for the duration, whatever else this
+    process has installed (another hot path's patch law may have left its patch in place); the
+    class's methods are put back after."""
+    install(version)
+    module = vllm_env.import_vllm(SAMPLER)
+    sampler = module.Sampler
+    before = sampler.add_request, sampler.sample
+    sampler.add_request, sampler.sample = _patched(module, UPSTREAM["add_request"], UPSTREAM["sample"])
+    try:
+        yield
+    finally:
+        sampler.add_request, sampler.sample = before

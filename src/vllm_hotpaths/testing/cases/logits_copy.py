@@ -357,13 +357,17 @@ class LogitsCopyChecks(Checks):
     def patch_agrees(self, case: LogitsProgram, device, log: CaseLog) -> None:
         """vLLM's `Sampler.sample` with the plugin's patch installed draws the same ids as the
         upstream method it replaced, and its processed logits are equal after upcasting to fp32.
-        (The patch stays installed, as it always has: it has no uninstall; the patched
-        `add_request` only adds the slot's flag, and `apply_sampling_params`, which the other
-        laws call, is not patched.)"""
+        The patch runs directly over vLLM's own methods (`patch.alone`), whichever patch an
+        earlier law left installed in this process (sampler_mrv2's would stand between them)."""
+        from vllm_hotpaths.logits_copy import patch
+
+        with patch.alone():
+            self._patch_agrees(case, device)
+
+    def _patch_agrees(self, case: LogitsProgram, device) -> None:
         from vllm_hotpaths import registry, vllm_env
         from vllm_hotpaths.logits_copy import patch
 
-        patch.install()
         (live,) = case.samplers(registry.get(self.hotpath).live_factory(), device=device)
         for i, step in enumerate(run(case, (live,), device)):
             args = live.sampler_args(*step.args())

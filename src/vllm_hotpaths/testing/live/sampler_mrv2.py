@@ -36,7 +36,9 @@ class LiveSamplingPass(LiveSampler):
         self.sampler.num_speculative_tokens = max(local_pos, default=0) + 1
         if self.keeps_logits_dtype:
             args["logits"] = logits.clone()
-        ids, out = vllm_env.call(self.sampler.sample, **args)
+        # vLLM's own method, also where a plugin patch (ours) is installed in this process
+        sample = type(self.sampler).sample
+        ids, out = vllm_env.call(getattr(sample, "hotpaths_upstream", sample), self.sampler, **args)
         return ids, (out if processed else None)
 
 
