@@ -79,7 +79,8 @@ SEEDS = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from((0, -1, 2**3
 
 @settings(max_examples=40, database=None)
 @given(seed=SEEDS, seed_dtype=st.sampled_from((torch.int64, torch.int32)),
-       dtype=st.sampled_from((torch.int32, torch.int64)), scalar=st.booleans(), n_rounds=st.sampled_from((10, 7, 2, 1, 0)),
+       dtype=st.sampled_from((torch.int32, torch.int64)), scalar=st.booleans(),
+       n_rounds=st.sampled_from((10, 7, 2, 1, 0)),
        offsets=st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**32 + 5)),
                         min_size=BLOCK, max_size=BLOCK))
 def test_philox_words_are_tritons(seed, seed_dtype, dtype, scalar, n_rounds, offsets):
@@ -127,8 +128,9 @@ def test_murmur_uniforms_are_the_interpreted_functions(seed, seed_dtype, pos, po
     seeds = torch.tensor([seed], dtype=torch.int64).to(seed_dtype)
     info = torch.iinfo(pos_dtype)
     positions = torch.tensor([min(max(pos, info.min), info.max)], dtype=pos_dtype)
-    got, want = (_run(v, murmur_kernel, torch.empty(BLOCK, dtype=torch.float32), torch.tensor(tokens, dtype=torch.int32),
-                      seeds, positions) for v in (True, False))
+    ids = torch.tensor(tokens, dtype=torch.int32)
+    got, want = (_run(v, murmur_kernel, torch.empty(BLOCK, dtype=torch.float32), ids, seeds, positions)
+                 for v in (True, False))
     assert torch.equal(got, want), (got - want).nonzero().flatten().tolist()
 
 

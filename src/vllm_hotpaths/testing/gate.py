@@ -383,10 +383,10 @@ def interprets_apart(options: GateOptions) -> bool:
 
 
 def _interpreted_run(options: GateOptions):
-    """(exit code, rows, idle seconds per worker) of the run of the Triton cases on CPU tensors in Triton's interpreter (a
-    second pytest process). The GPU is hidden from it: it runs CPU cases only, and vLLM, seeing a
-    GPU, would put its Model Runner V2 buffers there, which interpreted kernels cannot mix with
-    CPU tensors."""
+    """(exit code, rows, idle seconds per worker) of the run of the Triton cases on CPU tensors in
+    Triton's interpreter (a second pytest process). The GPU is hidden from it: it runs CPU cases
+    only, and vLLM, seeing a GPU, would put its Model Runner V2 buffers there, which interpreted
+    kernels cannot mix with CPU tensors."""
     with tempfile.TemporaryDirectory() as scratch:
         rows_file = Path(scratch) / "rows.json"
         cmd = [sys.executable, "-m", "pytest", *options.pytest_args(interpreted=True),
