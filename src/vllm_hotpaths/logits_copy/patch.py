@@ -109,7 +109,9 @@ def alone(version: str | None = None):
     module = vllm_env.import_vllm(SAMPLER)
     sampler = module.Sampler
     before = sampler.add_request, sampler.sample
-    sampler.add_request, sampler.sample = _patched(module, UPSTREAM["add_request"], UPSTREAM["sample"])
+    add_request, sample = _patched(module, UPSTREAM["add_request"], UPSTREAM["sample"])
+    add_request.hotpaths_upstream, sample.hotpaths_upstream = UPSTREAM["add_request"], UPSTREAM["sample"]
+    sampler.add_request, sampler.sample = add_request, sample
     try:
         yield
     finally:
