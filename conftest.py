@@ -11,8 +11,8 @@
   registry entry names its `Checks`, per candidate and device.
 - Every property also carries its hot path's name and its check kind as plain markers, for `-m`.
 - A failing property writes its last (shrunk) case as a regression fixture and names the file.
-- Under xdist the longest tests go first, by their seconds in ci/durations.json (`--store-durations`
-  records them: vllm_hotpaths.testing.durations).
+- Under xdist (`-n`) the workers steal work (`--dist worksteal`) and the longest tests go first, by
+  their seconds in ci/durations.json (`--store-durations` records them: vllm_hotpaths.testing.durations).
 """
 
 from __future__ import annotations

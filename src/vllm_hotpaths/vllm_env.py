@@ -53,7 +53,7 @@ def set_cpu_environment() -> None:
     if os.environ.get("TRITON_INTERPRET") == "1":
         from vllm_hotpaths import interpreter_bf16, interpreter_patching, interpreter_random, libdevice_cpu
 
-        interpreter_random.install()  # Philox's rounds in NumPy: most of an interpreted sampling pass
+        interpreter_random.install()  # Triton's Philox in NumPy: most of an interpreted sampling pass
         libdevice_cpu.install()  # vLLM's kernels call libdevice log1p from 0.24
         interpreter_bf16.install()  # 0.26.0's min_p takes a bf16 row's maximum in bf16
         interpreter_patching.install()  # after libdevice_cpu: launches patch libdevice too
