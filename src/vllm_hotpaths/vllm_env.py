@@ -51,12 +51,14 @@ def set_cpu_environment() -> None:
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of the CPU sampler
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from vllm_hotpaths import interpreter_bf16, interpreter_patching, interpreter_random, libdevice_cpu
+        from vllm_hotpaths import (interpreter_bf16, interpreter_patching, interpreter_random, interpreter_shortcuts,
+                                   libdevice_cpu)
 
         interpreter_random.install()  # Triton's Philox in NumPy: most of an interpreted sampling pass
         libdevice_cpu.install()  # vLLM's kernels call libdevice log1p from 0.24
         interpreter_bf16.install()  # 0.26.0's min_p takes a bf16 row's maximum in bf16
         interpreter_patching.install()  # after libdevice_cpu: launches patch libdevice too
+        interpreter_shortcuts.install()  # no overflow check that `debug` off discards, dtypes looked up
 
 
 def _cpu_platform():
