@@ -234,10 +234,12 @@ def generate_law_tests(metafunc):
     marked with its hot path, for every hot path whose checks have that law."""
     law = metafunc.definition.get_closest_marker("law")
     law = law.args[0] if law else metafunc.definition.get_closest_marker("check").args[0]
+    from strategies import checks_for
+
     argnames = [n for n in ("hotpath", "checks", "candidate", "device") if n in metafunc.fixturenames]
     params = []
     for hotpath in registry.HOTPATHS.values():
-        checks = hotpath.make_checks()
+        checks = checks_for(hotpath.name) if hotpath.checks else None
         if checks is None or not checks.has_law(law, hotpath):
             continue
         candidates = [Side(name, factory, version) for name, factory, version in hotpath.candidates()] \

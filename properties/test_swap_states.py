@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+import strategies.swap_states
 from vllm_hotpaths import registry
 from vllm_hotpaths.testing.cases.swap_states import Equivalence, candidate_sides, machine, run_machine
 
@@ -29,4 +30,4 @@ def test_candidate_on_vllm_input_batch(candidate, device, case_log):
     """The candidate runs on vLLM's own InputBatch (what the plugin installs) as on the standalone."""
     name, factory, version = candidate
     make_sides = candidate_sides(HOTPATH.reference(version), factory, on_vllm=True)
-    run_machine(machine(make_sides, Equivalence(device, labels=(f"reference {version}", name)), case_log))
+    run_machine(machine(strategies.swap_states, make_sides, Equivalence(device, labels=(f"reference {version}", name)), case_log))

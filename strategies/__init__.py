@@ -1,6 +1,9 @@
 """Hypothesis generators of every hot path's cases (the cases themselves, plain data, are defined
 with their drivers in `vllm_hotpaths.testing.cases`). Import from here: `from strategies import
-penalties_programs`."""
+penalties_programs`. A hot path's generators are the module of its name (`strategies.penalties`);
+`checks_for(name)` makes its checks drawing from them."""
+
+import importlib
 
 from strategies.logits_copy import bad_input_cases, boundary_cases, logits_programs, request_params
 from strategies.penalties_mrv2 import commits, penalty_triples, slot_programs
@@ -14,8 +17,17 @@ from strategies.think_budget_mrv2 import marker_triples, think_slot_programs
 from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_budgets, long_outputs, prompts,
                                      small_counts, think_configs, token_runs, tokens)
 
+
+
+def checks_for(name: str):
+    """The `Checks` of the registered hot path `name`, drawing from `strategies.<name>`."""
+    from vllm_hotpaths import registry
+
+    return registry.get(name).make_checks(importlib.import_module(f"strategies.{name}"))
+
+
 __all__ = [
-    "ThinkDraws", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
+    "ThinkDraws", "checks_for", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
     "corrupted_recovery_cases", "decode_runs", "id_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
     "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
     "penalty_triples", "commits", "slot_programs",

@@ -3,6 +3,7 @@ entry fails."""
 
 import pytest
 
+from strategies import checks_for
 from vllm_hotpaths.testing import ledger
 from vllm_hotpaths.testing.ledger import KnownDivergence, LedgerEntryStale, check_conformance
 
@@ -137,7 +138,7 @@ def test_runner_change_fails_where_no_entry_names_the_difference(monkeypatch):
     hotpath = registry.get("penalties_mrv2")
     request = SimpleNamespace(config=SimpleNamespace(getoption=lambda name: REGRESSIONS), node=SimpleNamespace(nodeid="t"))
     with pytest.raises(AssertionError, match="no runner-change entry names it"):
-        runner_change.check_against_v1(hotpath, hotpath.make_checks(), version, "cpu", CaseLog(REGRESSIONS), request)
+        runner_change.check_against_v1(hotpath, checks_for(hotpath.name), version, "cpu", CaseLog(REGRESSIONS), request)
 
 
 def test_each_think_budget_runner_change_has_its_own_fixture():
@@ -185,7 +186,7 @@ def test_rejection_runner_change_names_each_committed_fixture_and_fails_without_
         pytest.skip("vLLM is not installed")
     near_tie = [e for e in ledger.runner_changes(version) if e.link.endswith("rejection_sampler_utils.py#L405-L419")]
     hotpath = registry.get("rejection_mrv2")
-    checks = hotpath.make_checks()
+    checks = checks_for(hotpath.name)
     v1, live = checks.v1_counterpart(version), Side("live", hotpath.live_factory(), version)
     shown = []
     for path, case in fixtures.load(REGRESSIONS, "rejection_mrv2", RejectionCase):

@@ -6,6 +6,7 @@ leaving a class to committed fixtures or luck (docs/quality.md#reach lists the c
 import pytest
 from hypothesis import strategies as st
 
+from strategies import checks_for
 from vllm_hotpaths import registry
 from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.testing.laws import Checks
@@ -15,7 +16,7 @@ CHECKED = sorted(name for name, hotpath in registry.HOTPATHS.items() if hotpath.
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_a_ci_draw_reaches_every_boundary(name):
-    checks = registry.get(name).make_checks()
+    checks = checks_for(name)
     assert checks.boundaries, f"{name}'s Checks names no boundary to reach"
     counts = checks.reach("ci")
     missed = [label for label in checks.boundaries if counts[label] == 0]

@@ -106,9 +106,10 @@ class HotPath:
         """The adapter over the installed vLLM's own code, behind the contract (testing side)."""
         return resolve(self.live)
 
-    def make_checks(self):
-        """The hot path's `testing.laws.Checks` (None where it has none yet)."""
-        return resolve(self.checks)() if self.checks else None
+    def make_checks(self, draws=None):
+        """The hot path's `testing.laws.Checks` (None where it has none yet), drawing its cases
+        from `draws` (its module in `strategies`; without it, only what needs no draw works)."""
+        return resolve(self.checks)(draws) if self.checks else None
 
     def candidates(self) -> list[tuple[str, Callable, str]]:
         """(name, factory, reference version) for every implementation under test."""

@@ -133,9 +133,21 @@ class Checks:
     def devices(self, law: str) -> tuple[str, ...]:
         return self.law_devices[law]
 
+    def __init__(self, draws=None) -> None:
+        self._draws = draws
+
+    @property
+    def draws(self):
+        """The hot path's generators: its module in `strategies`, handed in by whoever makes the
+        checks (`strategies.checks_for`), so that nothing here imports the test layer."""
+        if self._draws is None:
+            raise TypeError(f"{self.hotpath}'s checks were made without its generators: make them with "
+                            f"strategies.checks_for({self.hotpath!r})")
+        return self._draws
+
     # -- what a hot path provides ------------------------------------------------------------
     def cases(self):
-        """The strategy of generated main cases."""
+        """The strategy of generated main cases (from `self.draws`)."""
         raise NotImplementedError
 
     def agree(self, case, expected: Side, actual: Side, device, log: CaseLog) -> None:

@@ -310,9 +310,7 @@ class LogitsCopyChecks(Checks):
     triton = True
 
     def cases(self):
-        from strategies import logits_programs
-
-        return logits_programs()
+        return self.draws.logits_programs()
 
     def reached(self, case: LogitsProgram) -> None:
         from vllm_hotpaths.logits_copy import needs_processing
@@ -344,9 +342,7 @@ class LogitsCopyChecks(Checks):
             assert_same_processing(case, expected, actual, device)
 
     def error_cases(self):
-        from strategies import bad_input_cases
-
-        return bad_input_cases()
+        return self.draws.bad_input_cases()
 
     def refuse_alike(self, case: BadInputCase, expected: Side, actual: Side, device, log: CaseLog) -> None:
         """A parameter vLLM refuses (or would misread: ids outside the vocabulary) and rows that

@@ -450,9 +450,7 @@ class PenaltiesChecks(Checks):
     converted = ((PoisonedProgram, PenaltiesProgram, PoisonedProgram.of),)
 
     def cases(self):
-        from strategies import penalties_programs
-
-        return penalties_programs()
+        return self.draws.penalties_programs()
 
     def reached(self, case: PenaltiesProgram) -> None:
         note("batch hint" if case.hint else "no batch hint")
@@ -468,9 +466,7 @@ class PenaltiesChecks(Checks):
             assert_same_step(second, first, step, device, f"step {i} ({actual.label} vs {expected.label})")
 
     def error_cases(self):
-        from strategies import poisoned_programs
-
-        return poisoned_programs()
+        return self.draws.poisoned_programs()
 
     def refuse_alike(self, case: PoisonedProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         """An id below -1 or above V (or not an integer), replacing one or appended in a step's

@@ -169,9 +169,7 @@ class SlotPenaltiesChecks(Checks):
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "runner-change": ("cpu", "cuda")}
 
     def cases(self):
-        from strategies import slot_programs
-
-        return slot_programs()
+        return self.draws.slot_programs()
 
     def reached(self, case: SlotProgram) -> None:
         for _ in run(case, [], "cpu"):  # the program's own labels; no implementation runs

@@ -446,9 +446,7 @@ class RecoveredTokensChecks(Checks):
     triton = True
 
     def cases(self):
-        from strategies import recovery_cases
-
-        return recovery_cases()
+        return self.draws.recovery_cases()
 
     @staticmethod
     def upstream(side: Side) -> bool:
@@ -484,9 +482,7 @@ class RecoveredTokensChecks(Checks):
             log.excuse_link(link)
 
     def error_cases(self):
-        from strategies import corrupted_recovery_cases
-
-        return corrupted_recovery_cases()
+        return self.draws.corrupted_recovery_cases()
 
     def refuse_alike(self, case: CorruptedRecovery, expected: Side, actual: Side, device, log: CaseLog) -> None:
         """Inputs that do not describe one batch raise InvalidRecoveryInput, never a tensor."""
@@ -503,9 +499,7 @@ class RecoveredTokensChecks(Checks):
                                  f"({actual.label} vs {expected.label}): returned {ids!r}")
 
     def check_patch(self, device, log: CaseLog, key: str = "") -> None:
-        from strategies import seeded_recovery_cases
-
-        self.explore(seeded_recovery_cases(), SeededRecovery, key, log,
+        self.explore(self.draws.seeded_recovery_cases(), SeededRecovery, key, log,
                      lambda case: self.patch_agrees(case, device, log))
 
     def patch_agrees(self, case: SeededRecovery, device, log: CaseLog) -> None:

@@ -268,9 +268,7 @@ class RejectionChecks(Checks):
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "runner-change": ("cpu", "cuda")}
 
     def cases(self):
-        from strategies import rejection_cases
-
-        return rejection_cases()
+        return self.draws.rejection_cases()
 
     def reached(self, case: RejectionCase) -> None:
         from vllm_hotpaths import registry

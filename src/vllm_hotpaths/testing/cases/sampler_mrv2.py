@@ -136,9 +136,7 @@ class SamplingPassChecks(Checks):
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "patch": ("cpu", "cuda")}
 
     def cases(self):
-        from strategies import sampler_programs
-
-        return sampler_programs()
+        return self.draws.sampler_programs()
 
     def reached(self, case: LogitsProgram) -> None:
         params = {}
@@ -211,9 +209,7 @@ class SamplingPassChecks(Checks):
                                                                 "upstream")
 
     def error_cases(self):
-        from strategies import sampler_bad_inputs
-
-        return sampler_bad_inputs()
+        return self.draws.sampler_bad_inputs()
 
     def refuse_alike(self, case: BadInputCase, expected: Side, actual: Side, device, log: CaseLog) -> None:
         assert_refused_alike(case, expected, actual, device, lambda impl, *args: impl.sample(*args))

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -472,23 +473,22 @@ def replay(program: SwapProgram, make_sides, observer, valid_only: bool = False)
     observer.finish(run, program)
 
 
-def machine(make_sides, observer, log: CaseLog, valid_only: bool = False):
-    """A state machine whose runs are programs (drawn from `strategies`' headers and add ops, one
-    operation at a time), each operation run on the sides `make_sides(program)` makes and
-    compared by `observer`; the log keeps the program so far (a failure's fixture)."""
+def machine(generators, make_sides, observer, log: CaseLog, valid_only: bool = False):
+    """A state machine whose runs are programs (drawn from `generators`' headers and add ops, the
+    hot path's module in `strategies`, one operation at a time), each operation run on the sides
+    `make_sides(program)` makes and compared by `observer`; the log keeps the program so far (a
+    failure's fixture)."""
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
-
-    from strategies import add_ops, programs_header
 
     # small ids, or any id of a real vocabulary's range (taken modulo, or capped by, the program's)
     ANY_ID = st.one_of(st.integers(0, 23), st.integers(0, 2**18 - 1))
 
     class SwapStatesMachine(RuleBasedStateMachine):
-        @initialize(header=programs_header(), data=st.data(), requests=st.integers(1, 6))
+        @initialize(header=generators.programs_header(), data=st.data(), requests=st.integers(1, 6))
         def start(self, header, data, requests):
             self.header = header
-            self.adds = add_ops(header)
+            self.adds = generators.add_ops(header)
             self.ops: list[tuple] = []
             program = SwapProgram(**header, ops=())
             log.record(program)
@@ -644,13 +644,13 @@ class SwapStatesChecks(Checks):
         from vllm_hotpaths import registry
 
         reference = registry.get(self.hotpath).reference()
-        run_machine(counted(machine(candidate_sides(reference, reference), Equivalence("cpu"), CaseLog(Path(".")))),
+        run_machine(counted(machine(self.draws, candidate_sides(reference, reference), Equivalence("cpu"), CaseLog(Path(".")))),
                     profile)
 
     def cases(self):
         """The generator is a state machine, not a strategy: `machine` (which draws from
-        `strategies.programs_header` and `strategies.add_ops`)."""
-        return machine
+        `programs_header` and `add_ops` of `self.draws`)."""
+        return functools.partial(machine, self.draws)
 
     def agree(self, case: SwapProgram, expected: Side, actual: Side, device, log: CaseLog,
               judge: Judge = compare_plainly) -> None:
@@ -677,7 +677,7 @@ class SwapStatesChecks(Checks):
             log.record(case)
             self.agree(case, expected, actual, device, log, judge)
         make_sides, observer, valid_only = self._comparison(expected, actual, device, judge)
-        run_machine(machine(make_sides, observer, log, valid_only))
+        run_machine(machine(self.draws, make_sides, observer, log, valid_only))
 
     def replayed(self, log: CaseLog) -> list:
         """The committed fixtures (none with VLLM_HOTPATHS_NO_REPLAY=1, to show that generation
@@ -724,6 +724,6 @@ class SwapStatesChecks(Checks):
             for case in self.replayed(log):
                 log.record(case)
                 self.patch_agrees(case, device, log)
-            run_machine(machine(*self._patch_comparison(log), log, valid_only=True))
+            run_machine(machine(self.draws, *self._patch_comparison(log), log, valid_only=True))
         finally:
             patch.uninstall()

@@ -504,26 +504,24 @@ def run_program(program: ThinkProgram, version: str, make_expected, make_actual,
         pass
 
 
-def machine(version: str, spec: bool, make_expected, make_actual, device, log: CaseLog, label: str,
+def machine(generators, version: str, spec: bool, make_expected, make_actual, device, log: CaseLog, label: str,
             judge: Judge = compare_plainly):
     """A RuleBasedStateMachine class comparing two holders after every operation: each
     operation's comparison goes to `judge` with the program so far; a judge that lets a
-    difference pass (a ledger entry names it) ends the run there."""
+    difference pass (a ledger entry names it) ends the run there. `generators`: the hot path's
+    module in `strategies`."""
     from hypothesis import strategies as st
     from hypothesis import target
     from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-    from strategies import small_counts, think_configs
-    from strategies import ThinkDraws
-
-    SEEDS, BOOLEANS, COUNTS = st.integers(0, 2**16), st.booleans(), small_counts()
+    SEEDS, BOOLEANS, COUNTS = st.integers(0, 2**16), st.booleans(), generators.small_counts()
     REPEATED = st.integers(0, 3).map(lambda n: n == 3)  # one spec step in four: rows per draft position
 
     class ThinkBudgetMachine(RuleBasedStateMachine):
-        @initialize(config=think_configs(spec), data=st.data(), requests=st.integers(1, 4))
+        @initialize(config=generators.think_configs(spec), data=st.data(), requests=st.integers(1, 4))
         def start(self, config, data, requests):
             self.header = config
-            self.draws = ThinkDraws.for_config(config, version)
+            self.draws = generators.ThinkDraws.for_config(config, version)
             self.ops: list[tuple] = []
             self.stopped = False
             self.forcing = [0, 0]
@@ -651,17 +649,17 @@ def machine(version: str, spec: bool, make_expected, make_actual, device, log: C
             self.do("drafts", data.draw(self.draws.drafts, label="drafts"))
 
         @precondition(lambda self: self.header["num_spec_tokens"] > 0)
-        @rule(data=st.data(), accepted=small_counts(), then_step=st.booleans())
+        @rule(data=st.data(), accepted=generators.small_counts(), then_step=st.booleans())
         def accept(self, data, accepted, then_step):
             self.do("accept", accepted, data.draw(self.draws.token_lists))
             if then_step:
                 self._step(data)
 
-        @rule(extra=small_counts(2))
+        @rule(extra=generators.small_counts(2))
         def placeholders(self, extra):
             self.do("async", extra)
 
-        @rule(data=st.data(), counts=small_counts(), then_step=st.booleans())
+        @rule(data=st.data(), counts=generators.small_counts(), then_step=st.booleans())
         def repair(self, data, counts, then_step):
             self.do("repair", counts, data.draw(self.draws.token_lists))
             if then_step:
@@ -825,16 +823,14 @@ class ThinkBudgetChecks(Checks):
         version = registry.get(HOTPATH).reference_version_for(None)
         for spec, mode in SPEC_MODES:
             make = _maker(Side("reference", reference, version), "cpu")
-            run_machine(counted(machine(version, spec, make, make, "cpu", CaseLog(Path(".")), "reach")),
+            run_machine(counted(machine(self.draws, version, spec, make, make, "cpu", CaseLog(Path(".")), "reach")),
                         digest=f"vllm-hotpaths:{self.hotpath}:reach:{mode}", profile=profile)
     # The errors law builds holders and hands them one request: no logits, so no CUDA case.
     law_devices = {**Checks.law_devices, "errors": ("cpu",)}
 
     def cases(self, spec: bool = False):
         """What the machine starts from (a program's header); it draws the operations itself."""
-        from strategies import think_configs
-
-        return think_configs(spec)
+        return self.draws.think_configs(spec)
 
     def agree(self, case: ThinkProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         run_program(case, _run_version(actual), _maker(expected, device), _maker(actual, device), device,
@@ -846,7 +842,7 @@ class ThinkBudgetChecks(Checks):
         self.replay(expected, actual, device, log, judge)
         version, label = _run_version(actual), f"{actual.label} vs {expected.label}"
         for spec, mode in SPEC_MODES:
-            run_machine(machine(version, spec, _maker(expected, device), _maker(actual, device), device, log,
+            run_machine(machine(self.draws, version, spec, _maker(expected, device), _maker(actual, device), device, log,
                                 label, judge),
                         digest=f"vllm-hotpaths:{self.hotpath}:{key}:{mode}")
 
@@ -872,9 +868,7 @@ class ThinkBudgetChecks(Checks):
                                  + "\n".join(lines)) from failed[0][2]
 
     def error_cases(self):
-        from strategies import bad_configs
-
-        return bad_configs("0.33.0")
+        return self.draws.bad_configs("0.33.0")
 
     def refuse_alike(self, case: BadConfig, expected: Side, actual: Side, device, log: CaseLog) -> None:
         """Marker ids outside the vocabulary, and budgets the version refuses, raise the reference's

@@ -287,9 +287,7 @@ class SlotThinkBudgetChecks(Checks):
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "runner-change": ("cpu", "cuda")}
 
     def cases(self):
-        from strategies import think_slot_programs
-
-        return think_slot_programs()
+        return self.draws.think_slot_programs()
 
     def reached(self, case: ThinkSlotProgram) -> None:
         from vllm_hotpaths import registry
