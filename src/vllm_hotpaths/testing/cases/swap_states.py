@@ -481,14 +481,16 @@ def machine(generators, make_sides, observer, log: CaseLog, valid_only: bool = F
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+    # Bare names in the class: its source is the seed of a derandomized run (Hypothesis' digest).
+    add_ops, programs_header = generators.add_ops, generators.programs_header
     # small ids, or any id of a real vocabulary's range (taken modulo, or capped by, the program's)
     ANY_ID = st.one_of(st.integers(0, 23), st.integers(0, 2**18 - 1))
 
     class SwapStatesMachine(RuleBasedStateMachine):
-        @initialize(header=generators.programs_header(), data=st.data(), requests=st.integers(1, 6))
+        @initialize(header=programs_header(), data=st.data(), requests=st.integers(1, 6))
         def start(self, header, data, requests):
             self.header = header
-            self.adds = generators.add_ops(header)
+            self.adds = add_ops(header)
             self.ops: list[tuple] = []
             program = SwapProgram(**header, ops=())
             log.record(program)

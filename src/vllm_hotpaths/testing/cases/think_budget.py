@@ -514,14 +514,16 @@ def machine(generators, version: str, spec: bool, make_expected, make_actual, de
     from hypothesis import target
     from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-    SEEDS, BOOLEANS, COUNTS = st.integers(0, 2**16), st.booleans(), generators.small_counts()
+    # Bare names in the class: its source is the seed of a derandomized run (Hypothesis' digest).
+    small_counts, think_configs, ThinkDraws = generators.small_counts, generators.think_configs, generators.ThinkDraws
+    SEEDS, BOOLEANS, COUNTS = st.integers(0, 2**16), st.booleans(), small_counts()
     REPEATED = st.integers(0, 3).map(lambda n: n == 3)  # one spec step in four: rows per draft position
 
     class ThinkBudgetMachine(RuleBasedStateMachine):
-        @initialize(config=generators.think_configs(spec), data=st.data(), requests=st.integers(1, 4))
+        @initialize(config=think_configs(spec), data=st.data(), requests=st.integers(1, 4))
         def start(self, config, data, requests):
             self.header = config
-            self.draws = generators.ThinkDraws.for_config(config, version)
+            self.draws = ThinkDraws.for_config(config, version)
             self.ops: list[tuple] = []
             self.stopped = False
             self.forcing = [0, 0]
@@ -649,17 +651,17 @@ def machine(generators, version: str, spec: bool, make_expected, make_actual, de
             self.do("drafts", data.draw(self.draws.drafts, label="drafts"))
 
         @precondition(lambda self: self.header["num_spec_tokens"] > 0)
-        @rule(data=st.data(), accepted=generators.small_counts(), then_step=st.booleans())
+        @rule(data=st.data(), accepted=small_counts(), then_step=st.booleans())
         def accept(self, data, accepted, then_step):
             self.do("accept", accepted, data.draw(self.draws.token_lists))
             if then_step:
                 self._step(data)
 
-        @rule(extra=generators.small_counts(2))
+        @rule(extra=small_counts(2))
         def placeholders(self, extra):
             self.do("async", extra)
 
-        @rule(data=st.data(), counts=generators.small_counts(), then_step=st.booleans())
+        @rule(data=st.data(), counts=small_counts(), then_step=st.booleans())
         def repair(self, data, counts, then_step):
             self.do("repair", counts, data.draw(self.draws.token_lists))
             if then_step:
