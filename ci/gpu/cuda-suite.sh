@@ -26,6 +26,11 @@
 #            0.22.x) with SAMPLER_E2E_ARGS, JSON in $OUT/sampler-e2e{,-compact}.json
 #            "equivalence": the equivalence law's cuda rows alone (the fast paths against their
 #            references, no vLLM needed), PROFILE draws, WORKERS workers
+#            "sweep": `python -m properties.quality.sweep` on the machine's CPU cores (SEEDS seeds,
+#            default 10; WORKERS runs at once) for HOTPATHS, the hot paths whose laws need no vLLM
+#            (default penalties swap_states think_budget recovered_tokens); $OUT/sweep.{txt,json}
+#            "interpreter": the tests of what this project changes in Triton's interpreter, run
+#            under this image's Triton
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 #   COMMIT   the suite's commit, for the reports, where the tree's git metadata is not its own
 #   RECORD   1: the gate runs record what held into $OUT/validated.json (the plugin's file format;
@@ -122,6 +127,16 @@ if [[ " $PARTS " == *" quality "* ]]; then
       quality_rc=1
     fi
   done
+fi
+if [[ " $PARTS " == *" interpreter "* ]]; then
+  TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider tests/test_interpreter_shortcuts.py \
+    tests/test_interpreter_random.py tests/test_interpreter_patching.py tests/test_libdevice_cpu.py || quality_rc=1
+fi
+if [[ " $PARTS " == *" sweep "* ]]; then
+  swept=()
+  for name in ${HOTPATHS:-penalties swap_states think_budget recovered_tokens}; do swept+=(--hotpath "$name"); done
+  python -m properties.quality.sweep --seeds "${SEEDS:-10}" -n "${WORKERS:-4}" "${swept[@]}" --json "$OUT/sweep.json" \
+    | tee "$OUT/sweep.txt" || quality_rc=1
 fi
 e2e_rc=0
 if [[ " $PARTS " == *" sampler-e2e "* ]]; then
