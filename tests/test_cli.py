@@ -128,7 +128,7 @@ def test_gate_require_cuda_fails_without_a_gpu(run_cli, tmp_path):
     import torch
 
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--require-cuda",
-                     "--hotpath", "swap_states", "--check", "drift", "--report-dir", str(tmp_path))
+                     "--hotpath", "swap_states", "--check", "equivalence", "--report-dir", str(tmp_path))
     assert (result.returncode == 0) == torch.cuda.is_available(), result.stdout[-3000:]
 
 
