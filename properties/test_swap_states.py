@@ -30,4 +30,5 @@ def test_candidate_on_vllm_input_batch(candidate, device, case_log):
     """The candidate runs on vLLM's own InputBatch (what the plugin installs) as on the standalone."""
     name, factory, version = candidate
     make_sides = candidate_sides(HOTPATH.reference(version), factory, on_vllm=True)
-    run_machine(machine(strategies.swap_states, make_sides, Equivalence(device, labels=(f"reference {version}", name)), case_log))
+    observer = Equivalence(device, labels=(f"reference {version}", name))
+    run_machine(machine(strategies.swap_states, make_sides, observer, case_log))

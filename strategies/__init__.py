@@ -18,7 +18,6 @@ from strategies.think_budget import (ThinkDraws, bad_configs, budgets, invalid_b
                                      small_counts, think_configs, token_runs, tokens)
 
 
-
 def checks_for(name: str):
     """The `Checks` of the registered hot path `name`, drawing from `strategies.<name>`."""
     from vllm_hotpaths import registry
@@ -27,10 +26,10 @@ def checks_for(name: str):
 
 
 __all__ = [
-    "ThinkDraws", "checks_for", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
+    "ThinkDraws", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
     "corrupted_recovery_cases", "decode_runs", "id_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
     "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
-    "penalty_triples", "commits", "slot_programs",
+    "penalty_triples", "commits", "slot_programs", "checks_for",
     "marker_triples", "near_tie_edits", "recovery_cases", "rejection_cases", "repair_cases", "request_fields",
     "request_params", "sampler_bad_inputs", "sampler_programs", "seeded_recovery_cases", "small_counts", "think_configs",
     "think_slot_programs", "token_ids", "token_runs", "tokens", "transition_programs",

@@ -121,6 +121,9 @@ class Checks:
     law_devices = {"equivalence": ("cpu", "cuda"), "errors": ("cpu", "cuda"), "conformance": ("cpu",),
                    "drift": ("cpu",), "patch": ("cpu",), "runner-change": ("cpu",)}
 
+    def __init__(self, draws=None) -> None:
+        self._draws = draws
+
     def has_law(self, law: str, hotpath) -> bool:
         if law == "errors":
             return self.error_type is not None
@@ -132,9 +135,6 @@ class Checks:
 
     def devices(self, law: str) -> tuple[str, ...]:
         return self.law_devices[law]
-
-    def __init__(self, draws=None) -> None:
-        self._draws = draws
 
     @property
     def draws(self):

@@ -36,8 +36,8 @@ what the generic laws (properties/test_{equivalence,conformance,drift,patch}.py)
 from __future__ import annotations
 
 import dataclasses
-import os
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -646,8 +646,8 @@ class SwapStatesChecks(Checks):
         from vllm_hotpaths import registry
 
         reference = registry.get(self.hotpath).reference()
-        run_machine(counted(machine(self.draws, candidate_sides(reference, reference), Equivalence("cpu"), CaseLog(Path(".")))),
-                    profile)
+        sides = candidate_sides(reference, reference)
+        run_machine(counted(machine(self.draws, sides, Equivalence("cpu"), CaseLog(Path(".")))), profile)
 
     def cases(self):
         """The generator is a state machine, not a strategy: `machine` (which draws from

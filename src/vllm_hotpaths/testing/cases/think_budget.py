@@ -844,8 +844,8 @@ class ThinkBudgetChecks(Checks):
         self.replay(expected, actual, device, log, judge)
         version, label = _run_version(actual), f"{actual.label} vs {expected.label}"
         for spec, mode in SPEC_MODES:
-            run_machine(machine(self.draws, version, spec, _maker(expected, device), _maker(actual, device), device, log,
-                                label, judge),
+            run_machine(machine(self.draws, version, spec, _maker(expected, device), _maker(actual, device), device,
+                                log, label, judge),
                         digest=f"vllm-hotpaths:{self.hotpath}:{key}:{mode}")
 
     def replay(self, expected: Side, actual: Side, device, log: CaseLog, judge: Judge) -> None:
