@@ -14,6 +14,14 @@ The sampling is a Triton kernel with upstream's phases (one program per row and 
 upcast, noise, block maximum with its lowest id), then the first largest block maximum
 (`torch.argmax`): on CUDA Triton compiles the same arithmetic (its `log`, its block reduction,
 which decides where a NaN lands), in the interpreter NumPy runs the same operations.
+
+In Triton's interpreter one program takes the whole batch (`_batch_argmax_kernel`, every row and
+id as one tile): the same elementwise operations on a larger array, and a maximum per row that
+NumPy takes as it takes each block's (`np.max`, `np.argmax`: a NaN wins, the lowest id among
+equals), so the first largest block maximum is the row's first largest value. An interpreted
+program costs its operations' Python overhead whatever its size, and the batch's rows times blocks
+programs were most of an interpreted sampling step (tests/test_sampler_mrv2_reference.py compares
+the two launches bit for bit).
 """
 
 from __future__ import annotations
@@ -47,11 +55,38 @@ def _block_argmax_kernel(block_ids_ptr, block_max_ptr, logits_ptr, row_stride, t
     tl.store(block_max_ptr + row * num_blocks + block, top)
 
 
+@triton.jit
+def _batch_argmax_kernel(ids_ptr, logits_ptr, row_stride, temp_ptr, seed_ptr, pos_ptr, num_rows, vocab_size,
+                         ROWS: tl.constexpr, VOCAB: tl.constexpr, NOISE_LOG1P: tl.constexpr,
+                         NOISE_MURMUR3: tl.constexpr):
+    # `_block_argmax_kernel`'s operations on the whole batch at once, for Triton's interpreter.
+    rows = tl.arange(0, ROWS)
+    real = rows < num_rows
+    lanes = tl.arange(0, VOCAB)[None, :]
+    inside = real[:, None] & (lanes < vocab_size)
+    x = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * row_stride + lanes, mask=inside,
+                other=float("-inf")).to(tl.float32)
+    noisy = (tl.load(temp_ptr + rows, mask=real, other=0.0) != 0.0)[:, None]
+    noise = gumbel_noise(tl.load(seed_ptr + rows, mask=real, other=0)[:, None],
+                         tl.load(pos_ptr + rows, mask=real, other=0)[:, None], lanes, NOISE_LOG1P, NOISE_MURMUR3)
+    x = tl.where(noisy, tl.where(inside, x + noise, float("-inf")), x)
+    _, lane = tl.max(x, axis=1, return_indices=True)
+    tl.store(ids_ptr + rows, lane.to(tl.int64), mask=real)
+
+
 def gumbel_argmax(processed: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor,
-                  noise_log1p: bool, noise_murmur3: bool) -> torch.Tensor:
+                  noise_log1p: bool, noise_murmur3: bool, batched: bool | None = None) -> torch.Tensor:
     """Each row's token (int64 [n]) from its processed logits (rows of stride 1 along the
-    vocabulary) and its request's fp32 temperature (0: greedy), int64 seed and int64 position."""
+    vocabulary) and its request's fp32 temperature (0: greedy), int64 seed and int64 position.
+    `batched`: one program for the whole batch (default: where Triton interprets, off CUDA)."""
     n, vocab = processed.shape
+    if batched if batched is not None else not processed.is_cuda:
+        ids = torch.empty(n, dtype=torch.int64, device=processed.device)
+        if n:
+            _batch_argmax_kernel[(1,)](ids, processed, processed.stride(0), temperature, seed, pos, n, vocab,
+                                       ROWS=triton.next_power_of_2(n), VOCAB=triton.next_power_of_2(vocab),
+                                       NOISE_LOG1P=noise_log1p, NOISE_MURMUR3=noise_murmur3)
+        return ids
     blocks = triton.cdiv(vocab, BLOCK)
     block_ids = torch.empty((n, blocks), dtype=torch.int64, device=processed.device)
     block_max = torch.empty((n, blocks), dtype=torch.float32, device=processed.device)
