@@ -41,12 +41,12 @@ _COEFFS = [_f32(float.fromhex(h)) for h in (
 _LN2 = _f32(float.fromhex("0x1.62e4300000000p-1"))
 
 
-def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 a + b rounded to nearest, and its exact error (Knuth)."""
+def _two_sum(a: torch.Tensor, b) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp64 a + b rounded to nearest, and its exact error (Knuth; 0 where the sum is not finite)."""
     s = a + b
     bb = s - a
     err = (a - (s - bb)) + (b - bb)
-    return s, torch.where(torch.isfinite(s), err, torch.zeros_like(err))
+    return s, err.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _ftz(x: torch.Tensor) -> torch.Tensor:
@@ -56,20 +56,25 @@ def _ftz(x: torch.Tensor) -> torch.Tensor:
 
 def _round_to_odd(s: torch.Tensor, err: torch.Tensor) -> torch.Tensor:
     even = (s.view(torch.int64) & 1) == 0
-    towards = torch.nextafter(s, torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf"))))
-    return torch.where((err != 0) & even, towards, s)
+    return torch.where((err != 0) & even, torch.nextafter(s, torch.copysign(torch.full_like(s, float("inf")), err)), s)
+
+
+def _fma_ftz_f64(a: torch.Tensor, b, c) -> torch.Tensor:
+    """`fma_ftz` on operands already flushed and widened to fp64 (`b`, `c` may be fp32 constants
+    as Python floats: normal numbers, which flushing leaves)."""
+    s, err = _two_sum(a * b, c)
+    return _ftz(_round_to_odd(s, err).float())
 
 
 def fma_ftz(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """fp32 `fma.rn.ftz`: a * b + c rounded once to nearest, subnormals flushed."""
     a, b, c = (_ftz(torch.as_tensor(v, dtype=torch.float32, device=a.device)).double() for v in (a, b, c))
-    s, err = _two_sum(a * b, c.expand_as(a * b))
-    return _ftz(_round_to_odd(s, err).float())
+    return _fma_ftz_f64(a, b, c.expand_as(a * b))
 
 
 def add_rz_ftz(a: torch.Tensor, b: float) -> torch.Tensor:
     """fp32 `add.rz.ftz`: a + b rounded toward zero, subnormals flushed."""
-    s, err = _two_sum(_ftz(a).double(), torch.full_like(a, b, dtype=torch.float64))
+    s, err = _two_sum(_ftz(a).double(), b)
     nearest = s.float()
     # Truncate: step back towards zero when rounding went away from it, or when the fp64 sum is
     # itself the fp32 value but the exact sum lies below it in magnitude.
@@ -91,14 +96,15 @@ def log1pf(a: torch.Tensor) -> torch.Tensor:
     e = _int32((m.view(torch.int32).long() - 0x3F400000) & 0xFF800000)  # 2^k's exponent field: m / 2^k in [0.75, 1.5)
     scaled = _int32(bits - e).int().view(torch.float32)  # a / 2^k
     four = _int32(0x40800000 - e).int().view(torch.float32)  # 4 / 2^k
-    u = fma_ftz(torch.full_like(a, 0.25), four, torch.full_like(a, -1.0)) + scaled  # plain fp32 add
+    u = _fma_ftz_f64(_ftz(four).double(), 0.25, -1.0) + scaled  # plain fp32 add
     k = e.to(torch.float32) * 2.0 ** -23
-    p = torch.full_like(a, _COEFFS[0])
+    u64 = _ftz(u).double()  # every FMA below flushes its operands: u, p, k once widened
+    p = torch.full_like(u64, _COEFFS[0])
     for coeff in _COEFFS[1:]:
-        p = fma_ftz(p, u, torch.full_like(a, coeff))
-    p = fma_ftz(p, u, torch.full_like(a, -0.5))
-    r = fma_ftz(u * p, u, u)  # u * p: plain fp32 multiply
-    r = fma_ftz(k, torch.full_like(a, _LN2), r)
+        p = _fma_ftz_f64(p, u64, coeff).double()
+    p = _fma_ftz_f64(p, u64, -0.5)
+    r = _fma_ftz_f64(_ftz(u * p).double(), u64, u64)  # u * p: plain fp32 multiply
+    r = _fma_ftz_f64(_ftz(k).double(), _LN2, r.double())
     # Below -1, +inf and NaN: fma(a, inf, inf) (NaN, +inf, NaN); -0 stays -0.
     outside = (bits < 0) | (bits >= 0x7F800000)  # as unsigned: above the largest finite fp32
     beyond = outside & (bits > -0x40800000)  # as signed: above the bits of -1.0
