@@ -130,7 +130,8 @@ if [[ " $PARTS " == *" quality "* ]]; then
 fi
 if [[ " $PARTS " == *" interpreter "* ]]; then
   TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider tests/test_interpreter_shortcuts.py \
-    tests/test_interpreter_random.py tests/test_interpreter_patching.py tests/test_libdevice_cpu.py || quality_rc=1
+    tests/test_interpreter_random.py tests/test_interpreter_patching.py tests/test_libdevice_cpu.py \
+    tests/test_sampler_mrv2_reference.py || quality_rc=1
 fi
 if [[ " $PARTS " == *" sweep "* ]]; then
   swept=()
