@@ -15,13 +15,15 @@ upcast, noise, block maximum with its lowest id), then the first largest block m
 (`torch.argmax`): on CUDA Triton compiles the same arithmetic (its `log`, its block reduction,
 which decides where a NaN lands), in the interpreter NumPy runs the same operations.
 
-In Triton's interpreter one program takes the whole batch (`_batch_argmax_kernel`, every row and
-id as one tile): the same elementwise operations on a larger array, and a maximum per row that
+In Triton's interpreter one program can take the whole batch (`_batch_argmax_kernel`, every row
+and id as one tile): the same elementwise operations on a larger array, and a maximum per row that
 NumPy takes as it takes each block's (`np.max`, `np.argmax`: a NaN wins, the lowest id among
 equals), so the first largest block maximum is the row's first largest value. An interpreted
 program costs its operations' Python overhead whatever its size, and the batch's rows times blocks
-programs were most of an interpreted sampling step (tests/test_sampler_mrv2_reference.py compares
-the two launches bit for bit).
+programs were most of an interpreted sampling step. A reference compared with vLLM (conformance,
+drift) runs one program per row and block on every device (`per_block`), so what is proven
+against vLLM is the kernel CUDA runs; the equivalence of a fast path takes the batched launch, which
+tests/test_sampler_mrv2_reference.py proves the same as the per-block one, bit for bit.
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class _SamplingPass:
     # logits, in their dtype. Same values, but on CUDA the block maximum of a bf16 load is reduced
     # in another order than an fp32 one's, and where a NaN lands depends on that order.
     SAMPLES_UNPROCESSED = False
+    # One program per row and block in the interpreter too (off: the whole batch in one there).
+    per_block = False
 
     def sample(self, logits: torch.Tensor, rows, local_pos, input_ids, pos, processed: bool = True):
         """(ids int64 [num_rows], the processed logits or None where `processed` is False)."""
@@ -121,7 +125,7 @@ class _SamplingPass:
         ids = gumbel_argmax(out, torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
                             torch.tensor([p.seed for p in params], dtype=torch.int64, device=device),
                             torch.as_tensor(processing.as_ints(pos), dtype=torch.int64, device=device),
-                            self.NOISE_LOG1P, self.NOISE_MURMUR3)
+                            self.NOISE_LOG1P, self.NOISE_MURMUR3, batched=False if self.per_block else None)
         return ids, (out if processed else None)
 
 
