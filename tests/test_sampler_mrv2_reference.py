@@ -47,7 +47,7 @@ def test_one_program_for_the_batch_samples_as_one_per_block(batch, noise):
 
 def test_a_row_of_nan_and_ties_lands_on_the_first():
     logits = torch.tensor([[1.0, np.nan, 5.0, np.nan], [2.0, 7.0, 7.0, 1.0], [-np.inf] * 4])
-    greedy = torch.zeros(3)
-    ids = gumbel_argmax(logits, greedy, torch.zeros(3, dtype=torch.int64), torch.zeros(3, dtype=torch.int64),
-                        False, False, batched=True)
-    assert ids.tolist() == [1, 1, 0]
+    greedy, zeros = torch.zeros(3), torch.zeros(3, dtype=torch.int64)
+    for batched in (True, False):  # upstream's rules: a NaN wins, then the lowest id among equals
+        ids = gumbel_argmax(logits, greedy, zeros, zeros, False, False, batched=batched)
+        assert ids.tolist() == [1, 1, 0], f"batched={batched}: {ids.tolist()}"
