@@ -71,7 +71,8 @@ def test_gate_runs_only_the_named_hot_paths_of_the_named_runner(run_cli, tmp_pat
     from vllm_hotpaths import vllm_env
 
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--hotpath", "swap_states",
-                     "--hotpath", "logits_copy", "--runner", "v1", "--report-dir", str(tmp_path))
+                     "--hotpath", "logits_copy", "--runner", "v1", "--check", "equivalence",
+                     "--report-dir", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "gate-report.json").read_text())
     check_report_shape(report)
@@ -196,7 +197,7 @@ def test_gate_writes_junit_and_fails_on_a_skip_when_asked(run_cli, tmp_path):
     import torch
 
     result = run_cli("-m", "vllm_hotpaths.cli", "gate", "--profile", "smoke", "--hotpath", "swap_states",
-                     "--report-dir", str(tmp_path), "--junit-xml", str(tmp_path / "junit.xml"),
+                     "--check", "equivalence", "--report-dir", str(tmp_path), "--junit-xml", str(tmp_path / "junit.xml"),
                      "--fail-on-skip")
     assert "<testsuite" in (tmp_path / "junit.xml").read_text()
     report = json.loads((tmp_path / "gate-report.json").read_text())

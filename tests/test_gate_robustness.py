@@ -52,7 +52,7 @@ def test_a_corrupt_fixture_is_one_line_naming_the_file(run_cli, pytestconfig, tm
     """Read while collecting and while running: both fail their tests with the same line."""
     folder, corrupt = corrupt_copy(pytestconfig.rootpath, tmp_path, "PenaltiesProgram")
     result = run_cli("-m", "pytest", "properties/test_penalties.py", "properties/test_equivalence.py",
-                     "-k", "penalties and not cuda", "-p", "no:xdist", "-q", "--hypothesis-profile", "dev",
+                     "-k", "penalties and not cuda", "-p", "no:xdist", "-q", "--hypothesis-profile", "smoke",
                      VLLM_HOTPATHS_REGRESSIONS=str(folder))
     assert result.returncode == 1, result.stdout[-3000:]
     assert f"fixture {corrupt}: not readable JSON" in result.stdout, result.stdout[-3000:]
@@ -65,7 +65,7 @@ def test_generated_only_leaves_the_committed_fixtures_out(run_cli, pytestconfig,
     """The corrupt fixture fails its tests wherever it is replayed (above); left out, it is never
     read, and the report says the fixtures were left out."""
     folder, corrupt = corrupt_copy(pytestconfig.rootpath, tmp_path, "PenaltiesProgram")
-    result = run_cli(*GATE, "--profile", "dev", "--hotpath", "penalties", "--check", "equivalence",
+    result = run_cli(*GATE, "--profile", "smoke", "--hotpath", "penalties", "--check", "equivalence",
                      "--generated-only", "--report-dir", str(tmp_path), VLLM_HOTPATHS_REGRESSIONS=str(folder))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "committed fixtures left out" in result.stdout.splitlines()[0]
@@ -77,7 +77,7 @@ def test_generated_only_leaves_the_committed_fixtures_out(run_cli, pytestconfig,
 def test_a_committed_fixture_that_fails_is_named_as_such(run_cli, tmp_path):
     """The first run shrinks a new counterexample into the folder; the second fails on it."""
     args = ("-m", "pytest", "properties/test_equivalence.py", "-k", "cpu and penalties", "-p", "no:xdist",
-            "-q", "--hypothesis-profile", "dev", "--impl", "penalties=properties.quality.penalties:PadWithZero",
+            "-q", "--hypothesis-profile", "smoke", "--impl", "penalties=properties.quality.penalties:PadWithZero",
             "--fixture-dir", str(tmp_path))
     first = run_cli(*args, VLLM_HOTPATHS_REGRESSIONS=str(tmp_path))
     assert first.returncode == 1 and "new counterexample shrunk to" in first.stdout, first.stdout[-3000:]

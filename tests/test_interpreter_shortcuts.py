@@ -37,17 +37,21 @@ def _kernel():
 
 @contextmanager
 def as_shipped():
-    """The interpreter with Triton's own options and dtype lookup."""
+    """The interpreter with Triton's own options, dtype lookup and shapes."""
     from triton.runtime import interpreter
+
+    from vllm_hotpaths.interpreter_shortcuts import keep_shapes, shipped_shapes
 
     builder, lookup = interpreter.interpreter_builder, interpreter._get_np_dtype
     options = builder.options
     builder.options = dataclasses.replace(options, sanitize_overflow=True)
     interpreter._get_np_dtype = getattr(lookup, "__wrapped__", lookup)
+    shipped_shapes()
     try:
         yield
     finally:
         builder.options, interpreter._get_np_dtype = options, lookup
+        keep_shapes()
 
 
 def _run(x, y, scale):
@@ -57,6 +61,7 @@ def _run(x, y, scale):
 
 
 def test_the_shortcuts_keep_every_bit_of_wrapping_arithmetic_and_casts():
+    import triton.language as tl
     from triton.runtime import interpreter
 
     from vllm_hotpaths import vllm_env
@@ -64,6 +69,7 @@ def test_the_shortcuts_keep_every_bit_of_wrapping_arithmetic_and_casts():
     vllm_env.set_cpu_environment()
     assert not interpreter.interpreter_builder.options.sanitize_overflow, "the overflow check is still built"
     assert getattr(interpreter._get_np_dtype, "by_name", False), "the dtype lookup is Triton's own"
+    assert getattr(tl.tensor.__init__, "kept", False), "the shapes are Triton's own"
     g = torch.Generator().manual_seed(0)
     edges = torch.tensor([2**31 - 1, -(2**31), -1, 0, 1, 46341, -46341, 65536], dtype=torch.int32)
     for _ in range(4):
@@ -116,3 +122,33 @@ def test_the_dtype_lookup_answers_as_triton_does():
             assert lookup(t) == shipped(t) and isinstance(lookup(t), np.dtype), t
     with pytest.raises(KeyError):
         lookup(tl.void)
+
+
+def _attributes(value) -> dict:
+    return {name: (repr(v) if name == "handle" else v) for name, v in vars(value).items()}
+
+
+def test_kept_shapes_give_every_attribute_triton_gives():
+    """Block types and tensors made twice (made, then kept) from shapes of ints and of constexprs,
+    of values and pointers: the same attributes as Triton's own set-up; a shape Triton refuses
+    raises Triton's error both times."""
+    import triton.language as tl
+
+    from vllm_hotpaths import vllm_env
+
+    vllm_env.set_cpu_environment()
+    shapes = [[4], [1, 8], [tl.constexpr(2), 16], [tl.constexpr(1)], [1024], [2, 2, 2]]
+    elements = [tl.float32, tl.bfloat16, tl.int64, tl.pointer_type(tl.int32)]
+    made = []
+    for _ in range(2):
+        for shape in shapes:
+            for element in elements:
+                block = tl.block_type(element, shape)
+                made.append((_attributes(block), _attributes(tl.tensor("h", block)), _attributes(tl.tensor("h", element))))
+        for bad, error in (([3], ValueError), ([], TypeError), ([2**21, 2**10], ValueError), ((4,), AssertionError)):
+            with pytest.raises(error):
+                tl.block_type(tl.float32, bad)
+    with as_shipped():
+        shipped = [(_attributes(tl.block_type(e, s)), _attributes(tl.tensor("h", tl.block_type(e, s))),
+                    _attributes(tl.tensor("h", e))) for s in shapes for e in elements]
+    assert made == shipped * 2

@@ -11,7 +11,7 @@ def test_last_failed_reruns_only_the_failures(run_cli, tmp_path):
     """Conformance passes (it does not run the candidate); the candidate's two laws fail."""
     args = ("-m", "pytest", "properties/test_equivalence.py", "properties/test_errors.py",
             "properties/test_conformance.py", "-k", "penalties and cpu and not mrv2", "-p", "no:xdist",
-            "-o", f"cache_dir={tmp_path / 'cache'}", "--hypothesis-profile", "dev", "--fixture-dir", str(tmp_path), *WRONG)
+            "-o", f"cache_dir={tmp_path / 'cache'}", "--hypothesis-profile", "smoke", "--fixture-dir", str(tmp_path), *WRONG)
     first = run_cli(*args)
     assert "2 failed, 1 passed" in first.stdout, first.stdout[-2000:]
     again = run_cli(*args, "--lf")
@@ -57,7 +57,7 @@ def test_a_candidate_for_another_version_leaves_the_patch_row_alone(run_cli, tmp
     """The patch law checks the shipped fast path that the plugin installs, never the --impl one
     (which here targets the 0.33 reference while vLLM 0.22 is installed)."""
     result = run_cli("-m", "pytest", "properties/test_patch.py", "-k", "swap_states and cpu", "-p", "no:xdist",
-                     "-q", "--hypothesis-profile", "dev", "--fixture-dir", str(tmp_path),
+                     "-q", "--hypothesis-profile", "smoke", "--fixture-dir", str(tmp_path),
                      "--impl", "swap_states@0.27.0=vllm_hotpaths.swap_states.fast:MemmoveSwap033")
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:]
     assert not (tmp_path / "swap_states").exists()
