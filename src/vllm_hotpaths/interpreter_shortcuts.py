@@ -8,6 +8,9 @@ kernel computes, skipped.
 - **The NumPy dtype of a Triton type.** `_get_np_dtype` builds a 19-entry dict (hashing each
   Triton type) at every call; its answer for a scalar type is kept by the type's name (what
   Triton's types compare by), a block's is its element type's, a pointer's is uint64.
+- **The call of a builtin.** Each patched builtin (`tl.load`, `+`, ...) is a wrapper that copies
+  its keyword arguments into a new dict without `_semantic`, then calls the builtin with the
+  interpreter's; the wrapper here drops `_semantic` from the dict the call already made.
 - **The shape of every new value.** Each operation makes a block type (its shape unwrapped from
   constexprs and validated, its element count) and a tensor (its shape wrapped in constexprs
   again). Both are kept by the shape of plain ints they come from; every attribute is set as
@@ -32,7 +35,25 @@ def install() -> None:
         builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
     if not getattr(interpreter._get_np_dtype, "by_name", False):
         interpreter._get_np_dtype = np_dtype_by_name(interpreter._get_np_dtype)
+    if not getattr(interpreter._patch_attr, "direct", False):
+        interpreter._patch_attr = direct_builtins(interpreter)
     keep_shapes()
+
+
+def direct_builtins(interpreter):
+    """Triton's `_patch_attr` with a cheaper wrapper: the builtin gets the same arguments and the
+    interpreter's semantic (read at each call, as Triton's wrapper reads it)."""
+
+    def patch_attr(obj, name, member, builder, scope):
+        def call(*args, **kwargs):
+            kwargs.pop("_semantic", None)  # the call's own dict
+            return member(*args, **kwargs, _semantic=interpreter.interpreter_semantic)
+
+        scope.set_attr(obj, name, call)
+
+    patch_attr.direct = True
+    patch_attr.__wrapped__ = interpreter._patch_attr
+    return patch_attr
 
 
 def keep_shapes() -> None:
@@ -43,7 +64,7 @@ def keep_shapes() -> None:
         return
     block_init, tensor_init = core.block_type.__init__, core.tensor.__init__
     blocks = {}  # a shape of plain ints -> (its shape, its element count) as block_type sets them
-    tensors = {}  # a block type's shape -> (its shape in constexprs, its element count) as tensor sets them
+    tensors = {}  # a block type's shape, or () -> (its shape in constexprs, its element count) as tensor sets them
 
     def block_type_init(self, element_ty, shape):
         key = tuple(shape) if type(shape) is list else None  # (Triton takes a list, or its own tuple)
@@ -58,12 +79,10 @@ def keep_shapes() -> None:
         self.name = f"<{self.shape}, {element_ty}>"
 
     def tensor_init_kept(self, handle, type):
-        if not type.is_block():
-            return tensor_init(self, handle, type)
-        found = tensors.get(type.shape)
+        found = tensors.get(type.shape if type.is_block() else ())
         if found is None:
             tensor_init(self, handle, type)
-            tensors[type.shape] = (self.shape, self.numel)
+            tensors[type.shape if type.is_block() else ()] = (self.shape, self.numel)
             return
         self.handle = handle
         self.shape, self.numel = found
