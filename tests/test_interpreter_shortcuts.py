@@ -137,7 +137,7 @@ def test_kept_shapes_give_every_attribute_triton_gives():
     from vllm_hotpaths import vllm_env
 
     vllm_env.set_cpu_environment()
-    shapes = [[4], [1, 8], [tl.constexpr(2), 16], [tl.constexpr(1)], [1024], [2, 2, 2]]
+    shapes = [[4], [1, 8], [tl.constexpr(2), 16], [tl.constexpr(1)], [1024], [2, 2, 2], tl.tuple([8, tl.constexpr(4)])]
     elements = [tl.float32, tl.bfloat16, tl.int64, tl.pointer_type(tl.int32)]
     made = []
     for _ in range(2):
@@ -152,3 +152,5 @@ def test_kept_shapes_give_every_attribute_triton_gives():
         shipped = [(_attributes(tl.block_type(e, s)), _attributes(tl.tensor("h", tl.block_type(e, s))),
                     _attributes(tl.tensor("h", e))) for s in shapes for e in elements]
     assert made == shipped * 2
+    made_shapes = [block["shape"] for block, _, _ in made]
+    assert len({id(shape) for shape in made_shapes}) == len(made_shapes), "block types share a shape tuple"

@@ -64,26 +64,43 @@ def keep_shapes() -> None:
     if getattr(core.block_type.__init__, "kept", False):
         return
     block_init, tensor_init = core.block_type.__init__, core.tensor.__init__
-    blocks = {}  # a shape of plain ints -> (its shape, its element count) as block_type sets them
-    tensors = {}  # a block type's shape, or () -> (its shape in constexprs, its element count) as tensor sets them
+    # a shape's ints -> (its tuple's type, its element count, its text) as block_type sets them
+    blocks = {}
+    # a block type's shape's ints, or () -> (its shape in constexprs, its element count) as tensor sets them
+    tensors = {}
+
+    def ints(shape):
+        """The shape's ints where Triton takes it (a list or Triton's tuple) and each dimension is an
+        int or a constexpr of one; None elsewhere."""
+        if type(shape) is list:
+            dims = shape
+        elif type(shape) is core.tuple:
+            dims = shape.values
+        else:
+            return None
+        key = tuple(d.value if type(d) is core.constexpr else d for d in dims)
+        return key if all(type(d) is int for d in key) else None
 
     def block_type_init(self, element_ty, shape):
-        key = tuple(shape) if type(shape) is list else None  # (Triton takes a list, or its own tuple)
-        found = blocks.get(key) if key is not None and all(type(d) is int for d in key) else None
+        key = ints(shape)
+        found = blocks.get(key) if key is not None else None
         if found is None:
             block_init(self, element_ty, shape)  # Triton's checks, and its errors
-            if key is not None and all(type(d) is int for d in key):
-                blocks[key] = (self.shape, self.numel)
+            if key is not None:
+                blocks[key] = (self.shape.type, self.numel, str(self.shape))
             return
+        tuple_type, numel, text = found
         self.element_ty = element_ty
-        self.shape, self.numel = found
-        self.name = f"<{self.shape}, {element_ty}>"
+        self.shape = core.tuple(list(key), tuple_type)  # a tuple of its own, as Triton makes one per type
+        self.numel = numel
+        self.name = f"<{text}, {element_ty}>"
 
     def tensor_init_kept(self, handle, type):
-        found = tensors.get(type.shape if type.is_block() else ())
+        key = tuple(type.shape.values) if type.is_block() else ()
+        found = tensors.get(key)
         if found is None:
             tensor_init(self, handle, type)
-            tensors[type.shape if type.is_block() else ()] = (self.shape, self.numel)
+            tensors[key] = (self.shape, self.numel)
             return
         self.handle = handle
         self.shape, self.numel = found
