@@ -1,12 +1,17 @@
-"""`python -m pytest ARGS` in a process forked from one that has imported torch, Triton, NumPy,
-Hypothesis and pytest already (multiprocessing's forkserver, one per test process).
+"""`python -m MODULE ARGS` (pytest, this project's CLI) in a process forked from one that has
+imported torch, Triton, NumPy, Hypothesis, pytest and vLLM's configuration already
+(multiprocessing's forkserver, one per test process).
 
 The quality set starts a fresh pytest for each planted bug (its own `--impl` or `--reference`, its
-own environment): a run that imports nothing else costs about 5 s on 2 cores, most of it those
-imports, and there are over a hundred runs. A fork of the server skips them. Nothing of this
-project is imported before the fork, so what reads the environment at import time (Triton's
-TRITON_INTERPRET, this suite's VLLM_HOTPATHS_REGRESSIONS) reads the run's; this module imports
-only the standard library for the same reason (the forked process imports it to find `_main`).
+own environment), and the CLI's tests a gate or a pytest for each case: a run that imports nothing
+else costs about 5 s on 2 cores, most of it those imports, and vLLM's another 3.5 s; there are
+over a hundred runs. A fork of the server skips them.
+
+What reads the environment at import time must read the run's: the server imports with the
+environment of the process that started it, so a run whose environment differs from that one
+(beyond the variables only the run's own modules read: `AFTER_FORK`) starts a fresh Python
+instead. Of this project the server imports only `vllm_env` (tests/vllm_preload.py); this module
+imports only the standard library (the forked process imports it to find `_main`).
 """
 
 from __future__ import annotations
@@ -19,19 +24,33 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-PRELOAD = ["numpy", "torch", "triton", "triton.language", "hypothesis", "pytest", "_pytest.assertion.rewrite"]
+PRELOAD = ["numpy", "torch", "triton", "triton.language", "hypothesis", "pytest", "_pytest.assertion.rewrite",
+           "tests.vllm_preload"]
+# Read only by the run's own imports (the suite's fixtures, its import path), after the fork.
+AFTER_FORK = ("PYTHONPATH", "VLLM_HOTPATHS_NO_REPLAY", "VLLM_HOTPATHS_REGRESSIONS")
+
+
+def _imported_with(env) -> dict[str, str]:
+    """The variables a module imported before the fork may have read."""
+    return {k: v for k, v in env.items() if k not in AFTER_FORK and not k.startswith("PYTEST_")}
 
 
 @cache
 def _context():
+    """The fork server's context and the environment it imports with (this process's, now)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
-    return context
+    return context, _imported_with(os.environ)
 
 
-def _main(args: list[str], env: dict[str, str], folder: str, paths: list[str], out: str, err: str) -> None:
+def _main(module: str, args: list[str], env: dict[str, str], folder: str, paths: list[str], out: str,
+          err: str) -> None:
     """The forked process: the run's environment, folder and import path, its output into files,
-    then pytest as `python -m pytest` runs it, and its exit code as the process's."""
+    then the module as `python -m` runs it, its exit handlers, and its exit code as the process's."""
+    import atexit
+    import runpy
+    import traceback
+
     os.environ.clear()
     os.environ.update(env)
     os.chdir(folder)
@@ -40,27 +59,46 @@ def _main(args: list[str], env: dict[str, str], folder: str, paths: list[str], o
         target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(target, fd)
         os.close(target)
-    import pytest
-
-    code = pytest.main(args)
+    sys.argv = [module, *args]
+    code = 0
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:  # noqa: BLE001 - as Python reports an uncaught exception
+        traceback.print_exc()
+        code = 1
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(int(code))
+    os._exit(code or 0)
 
 
-def run_pytest(args: list[str], root: Path, timeout: float = 600, **extra_env) -> subprocess.CompletedProcess:
-    """`python -m pytest *args` from `root` with this checkout's packages importable (as the
-    `run_cli` fixture runs it): the exit code and what it printed."""
+def run_module(module: str, args: list[str], root: Path, timeout: float = 600, **extra_env) -> subprocess.CompletedProcess:
+    """`python -m MODULE *args` from `root` with this checkout's packages importable: the exit
+    code and what it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]), **extra_env)
+    command = [sys.executable, "-m", module, *args]
+    context, server_env = _context()
+    if _imported_with(env) != server_env:
+        return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-        process = _context().Process(target=_main, args=(list(args), env, str(root), [str(root), str(root / "src")],
-                                                         str(out), str(err)))
+        process = context.Process(target=_main, args=(module, list(args), env, str(root),
+                                                      [str(root), str(root / "src")], str(out), str(err)))
         process.start()
         process.join(timeout)
         if process.is_alive():
             process.kill()
             process.join()
-            raise subprocess.TimeoutExpired(["pytest", *args], timeout)
-        return subprocess.CompletedProcess(["pytest", *args], process.exitcode, out.read_text(), err.read_text())
+            raise subprocess.TimeoutExpired(command, timeout)
+        return subprocess.CompletedProcess(command, process.exitcode, out.read_text(), err.read_text())
+
+
+def run_pytest(args: list[str], root: Path, timeout: float = 600, **extra_env) -> subprocess.CompletedProcess:
+    """`python -m pytest *args` (see `run_module`)."""
+    return run_module("pytest", args, root, timeout, **extra_env)
