@@ -77,7 +77,8 @@ def _main(module: str, args: list[str], env: dict[str, str], folder: str, paths:
     os._exit(code or 0)
 
 
-def run_module(module: str, args: list[str], root: Path, timeout: float = 600, **extra_env) -> subprocess.CompletedProcess:
+def run_module(module: str, args: list[str], root: Path, timeout: float = 600,
+               **extra_env) -> subprocess.CompletedProcess:
     """`python -m MODULE *args` from `root` with this checkout's packages importable: the exit
     code and what it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
