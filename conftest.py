@@ -92,6 +92,7 @@ def pytest_configure(config):
         os.environ["VLLM_HOTPATHS_NO_REPLAY"] = "1"
     honour_seed(config)
     skip_shrinking(config)
+    one_thread_per_worker()
     for line in (
         "hotpath(name): the hot path a property belongs to",
         "check(kind): equivalence (candidate vs reference), conformance (reference vs vLLM), "
@@ -140,6 +141,17 @@ def honour_seed(config) -> None:
         name = settings.get_current_profile_name()
         settings.register_profile(f"{name}-seeded", parent=settings.get_profile(name), derandomize=False)
         settings.load_profile(f"{name}-seeded")
+
+
+def one_thread_per_worker() -> None:
+    """Under xdist (and in the runs a worker starts) each process computes on one CPU thread:
+    the workers already take every core, and torch's own pool in each (a thread per core) made
+    them contend. `CI=true pytest -n 2` over the CPU equivalence and conformance rows of
+    think_budget, logits_copy, penalties and recovered_tokens (2 cores, alternating): 224 s and
+    216 s with torch's pool, 203 s and 192 s with one thread. A result does not depend on it: both
+    sides of a comparison run in the same process."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
 
 
 def skip_shrinking(config) -> None:

@@ -102,6 +102,7 @@ def _knobs(vocab: int) -> dict:
     }
 
 
+KNOBS = tuple(_knobs(2))  # their names
 SEEDS = st.integers(0, 2 ** 31 - 1)
 
 
@@ -123,11 +124,25 @@ def request_params(draw, vocab: int, neutral_only: tuple[str, ...] = (), seeds=S
 SMALL_VOCABS = (1, 2, 5, 8, 9, 17, 24)
 
 
+def _nan_at_block_edges(vocab: int, block: int) -> st.SearchStrategy[tuple]:
+    """Edits of NaN at the first or last lane of a `block`-id block of a row: with no `share`, a
+    row with a NaN in some of its blocks but not all (a share puts NaN in every block)."""
+    edges = sorted({lane for start in range(0, vocab, block) for lane in (start, min(start + block, vocab) - 1)})
+    return st.tuples(st.integers(0, 15), st.sampled_from(edges), st.just(float("nan")))
+
+
 @st.composite
 def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: tuple[str, ...] = (),
-                    seeds=SEEDS) -> LogitsProgram:
+                    seeds=SEEDS, nan_block: int | None = None, narrow: tuple[str, ...] = ()) -> LogitsProgram:
     """`vocabs`: the vocabulary sizes of most programs (one in 50 takes a real one);
-    `neutral_only`, `seeds`: as `request_params`."""
+    `neutral_only`, `seeds`: as `request_params`; `nan_block`: a block size (the sampler's), whose
+    edges a step's edits also put NaN at where the vocabulary spans several blocks; `narrow`: knobs
+    that, in one program of two, are the only ones its requests set off neutral (what a fast path
+    computes itself, so that its steps are not all handed to its reference).
+
+    While a request holds the longest bad-words list, its steps have no drafts: vLLM's bad-words
+    kernel runs one interpreted program per row and bad word, and those steps were most of the
+    programs the conformance law interpreted (drafts still meet bad words in the shorter lists)."""
     real = draw(st.integers(0, 49)) == 49  # the last value: shrinking leaves the small vocabularies
     if real:
         vocab = draw(st.sampled_from(REAL_VOCABS))
@@ -137,7 +152,13 @@ def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: 
     slots = draw(st.integers(1, 1 if real else 4))
     ids = _token_ids(vocab)
     tokens = st.lists(ids, max_size=6).map(tuple)
+    if narrow and draw(st.booleans()):
+        neutral_only = (*neutral_only, *sorted(set(KNOBS) - set(narrow)))
     live: set[int] = set()
+    longest_bad_words: set[int] = set()  # slots whose request holds MAX_LIST_LENGTHS["bad_words"]
+    edit = st.tuples(st.integers(0, 15), ids, st.sampled_from(SPECIAL_LOGITS))
+    if nan_block is not None and vocab > nan_block:
+        edit = st.one_of(edit, _nan_at_block_edges(vocab, nan_block))
     ops = []
     for _ in range(draw(st.integers(1, 3 if real else 14))):
         free = sorted(set(range(slots)) - live)
@@ -146,22 +167,26 @@ def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: 
         if kind == "add":
             slot = draw(st.sampled_from(free))
             prompt = draw(st.lists(ids, min_size=1, max_size=6).map(tuple))
-            ops.append(("add", slot, prompt, draw(tokens), draw(request_params(vocab, neutral_only, seeds))))
+            params = draw(request_params(vocab, neutral_only, seeds))
+            ops.append(("add", slot, prompt, draw(tokens), params))
             live.add(slot)
+            if len(dict(params).get("bad_words", ())) == MAX_LIST_LENGTHS["bad_words"]:
+                longest_bad_words.add(slot)
         elif kind == "remove":
             slot = draw(st.sampled_from(sorted(live)))
             ops.append(("remove", slot))
             live.discard(slot)
+            longest_bad_words.discard(slot)
         elif kind == "append":
             ops.append(("append", draw(st.sampled_from(sorted(live))), draw(tokens)))
         else:
             # Every live request in some order (a decode step as vLLM mostly runs one), or a subset.
             members = draw(st.one_of(st.permutations(sorted(live)),
                                      st.lists(st.sampled_from(sorted(live)), min_size=1, unique=True)))
-            drafts = st.just(()) if real else st.one_of(st.just(()), st.lists(ids, min_size=1, max_size=3).map(tuple))
+            drafts = st.just(()) if real or longest_bad_words & set(members) else \
+                st.one_of(st.just(()), st.lists(ids, min_size=1, max_size=3).map(tuple))
             batch = tuple((slot, draw(drafts)) for slot in members)
-            edits = draw(st.lists(st.tuples(st.integers(0, 15), ids,
-                                            st.sampled_from(SPECIAL_LOGITS)), max_size=4).map(tuple))
+            edits = draw(st.lists(edit, max_size=4).map(tuple))
             ops.append(("step", batch, draw(st.integers(0, 2 ** 32 - 1)),
                         draw(st.sampled_from((0.0, 0.3))), edits))
     if not any(op[0] == "step" for op in ops) and live:

@@ -17,8 +17,15 @@ def sampler_seeds() -> st.SearchStrategy[int]:
     return st.one_of(SEEDS, st.sampled_from(SEED_EDGES), st.integers(-(2**63), 2**63 - 1).filter(lambda s: s != -1))
 
 
+BLOCK = 1024  # the sampler's block of ids
+# What the fused pass computes itself (sampler_mrv2.fast.fused_covers); a step with any other
+# knob off neutral goes to its reference.
+FUSED_KNOBS = ("temperature", "repetition_penalty", "frequency_penalty", "presence_penalty")
+
+
 def sampler_programs():
-    return logits_programs(vocabs=VOCABS, neutral_only=("top_k", "top_p"), seeds=sampler_seeds())
+    return logits_programs(vocabs=VOCABS, neutral_only=("top_k", "top_p"), seeds=sampler_seeds(), nan_block=BLOCK,
+                           narrow=FUSED_KNOBS)
 
 
 # What the sampling pass refuses at its step beyond what `logits_copy` refuses: the random seed

@@ -40,7 +40,8 @@ MAX_NUM_SEQS = (1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 256, 1024)  # one in six far above
 # buffers a fast path sizes (32, 64, 256 tokens), mostly ids that are no marker.
 LONG_OUTPUT_EDGES = (33, 65, 257, 320)
 # Situations a run builds first, each in one run of two (`ThinkBudgetMachine.build`).
-BUILT = ("deep resumed output", "over budget inside the drafts", "long marker one id a step")
+BUILT = ("deep resumed output", "over budget inside the drafts", "long marker one id a step",
+         "a found end rewritten away")
 
 
 @st.composite
@@ -182,6 +183,7 @@ class ThinkDraws:
         self.deep_outputs = long_outputs(config, self.tokens, st.integers(*LONG_OUTPUT_EDGES[-2:]))
         plain = _plain_ids(config)
         self.plain_runs = st.lists(st.sampled_from(plain), max_size=8)
+        self.thoughts = st.lists(st.sampled_from(plain), min_size=1, max_size=8)
         self.plain_drafts = st.lists(st.sampled_from(plain), min_size=k, max_size=k).map(tuple)
         self.tracked_budgets = budgets(version).filter(lambda b: b is not None)
         # what a run builds first (`ThinkBudgetMachine.build`): each situation in one run of two,

@@ -86,14 +86,18 @@ def _note_rows(step: Step, temperatures: list[float], vocab: int) -> None:
                 note("a random row with +inf on several ids (a tie after the noise)")
         if np.isnan(row).any():
             note("a NaN logit")
+            blocks_with_nan = [np.isnan(row[i:i + BLOCK]).any() for i in range(0, vocab, BLOCK)]
+            if not all(blocks_with_nan):
+                note("a NaN in some 1024-id blocks of a row, not all")
         if (row == -math.inf).all():
             note("a row of -inf only")
     if vocab > BLOCK:
         note("several 1024-id blocks" + ("" if vocab % BLOCK == 0 else ", the last one cut short"))
 
 
-def _note_fused(step: Step, params: dict, case: LogitsProgram) -> None:
-    """Labels of the steps the fused fast path samples itself rather than deferring."""
+def _note_fused(step: Step, params: dict, case: LogitsProgram, prompt_only: dict) -> None:
+    """Labels of the steps the fused fast path samples itself rather than deferring;
+    `prompt_only`: slot -> the prompt's ids not in the request's output."""
     from vllm_hotpaths.sampler_mrv2.fast import fused_covers, penalized
 
     forces = case.reasoning is not None and all(case.reasoning)
@@ -103,6 +107,9 @@ def _note_fused(step: Step, params: dict, case: LogitsProgram) -> None:
     for slot, local in zip(step.rows, step.local_pos):
         if penalized(params[slot]):
             note("a penalized row the fused kernel samples")
+            drafted = {t for t, s in zip(step.input_ids, step.rows) if s == slot}
+            if params[slot].repetition_penalty != 1.0 and prompt_only[slot] - drafted:
+                note("a repetition-penalized row the fused kernel samples, a prompt id not in its output")
             if local > 0:
                 note("a penalized draft row the fused kernel samples")
 
@@ -133,9 +140,11 @@ class SamplingPassChecks(Checks):
     error_type = BadInputCase
     boundaries = ("a greedy row", "a seeded random row", "a greedy row whose largest logit is on several ids",
                   "a random row with +inf on several ids (a tie after the noise)", "a NaN logit",
-                  "several 1024-id blocks", "several 1024-id blocks, the last one cut short",
+                  "a NaN in some 1024-id blocks of a row, not all", "several 1024-id blocks",
+                  "several 1024-id blocks, the last one cut short",
                   "a seed past 32 bits", "a negative seed", "one request with several rows",
                   "a step the fused kernel samples", "a penalized row the fused kernel samples",
+                  "a repetition-penalized row the fused kernel samples, a prompt id not in its output",
                   "a penalized draft row the fused kernel samples")
     triton = True
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "patch": ("cpu", "cuda")}
@@ -144,20 +153,23 @@ class SamplingPassChecks(Checks):
         return self.draws.sampler_programs()
 
     def reached(self, case: LogitsProgram) -> None:
-        params = {}
+        params, prompt_only = {}, {}
         steps = run(case, [], "cpu")  # each step's inputs; the walk below keeps its requests
         for op in case.ops:
             if op[0] == "add":
                 params[op[1]] = params_of(op[4]).checked(case.vocab_size)
+                prompt_only[op[1]] = set(op[2]) - set(op[3])
                 seed = params[op[1]].seed
                 if not 0 <= seed < 2**32:
                     note("a negative seed" if seed < 0 else "a seed past 32 bits")
             elif op[0] == "remove":
                 del params[op[1]]
+            elif op[0] == "append":
+                prompt_only[op[1]] -= set(op[2])
             elif op[0] == "step":
                 step = next(steps)
                 _note_rows(step, [params[s].temperature for s in step.rows], case.vocab_size)
-                _note_fused(step, params, case)
+                _note_fused(step, params, case, prompt_only)
 
     def agree(self, case: LogitsProgram, expected: Side, actual: Side, device, log: CaseLog) -> None:
         # Against vLLM (conformance, drift) the reference runs the kernel CUDA runs; a fast path

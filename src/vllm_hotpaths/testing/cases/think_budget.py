@@ -567,6 +567,19 @@ def machine(generators, version: str, spec: bool, make_expected, make_actual, de
                 if len(marker) > 3:
                     note("a marker of four ids or more written one id a step")
                 return
+            elif what == "a found end rewritten away" and start and end:
+                # thinking ended in the output, the end found by a step; then the output from
+                # before the end is regenerated without it (a KV-load discard): thinking again,
+                # over a budget below the thought, so the next step forces the end marker
+                thought = data.draw(d.thoughts, label="thought")
+                budget = data.draw(st.integers(0, len(thought) - 1), label="budget")
+                row = len(self.run.batch.live)
+                self.do("add", [*start], [*thought, *end], budget, True)
+                if len(self.run.batch.live) == row:  # the batch was full
+                    return
+                self._step(data)
+                self.do("regrow", row, len(thought), data.draw(d.plain_runs, label="regenerated"))
+                note("a found end rewritten away (built)")
             else:
                 return
             self._step(data)
@@ -817,7 +830,7 @@ class ThinkBudgetChecks(Checks):
                   "prompt: in think", "a bonus pass with the forced position inside the drafts",
                   "a resumed output, its start marker more than 256 ids back",
                   "a marker of four ids or more written one id a step",
-                  "real vocabulary (>= 32,768), markers at its end")
+                  "real vocabulary (>= 32,768), markers at its end", "a found end rewritten away (built)")
 
     def reach_machines(self, counted, profile) -> None:
         """The newest reference on both sides, in each spec mode."""
