@@ -44,12 +44,18 @@ def _context():
 
 
 def _main(module: str, args: list[str], env: dict[str, str], folder: str, paths: list[str], out: str,
-          err: str) -> None:
+          err: str, one_thread: bool) -> None:
     """The forked process: the run's environment, folder and import path, its output into files,
-    then the module as `python -m` runs it, its exit handlers, and its exit code as the process's."""
+    then the module as `python -m` runs it, its exit handlers, and its exit code as the process's.
+    `one_thread`: torch computes on one CPU thread (as the xdist worker that started the run)."""
     import atexit
     import runpy
     import traceback
+
+    if one_thread:
+        import torch
+
+        torch.set_num_threads(1)
 
     os.environ.clear()
     os.environ.update(env)
@@ -85,12 +91,18 @@ def run_module(module: str, args: list[str], root: Path, timeout: float = 600,
     env.update(PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]), **extra_env)
     command = [sys.executable, "-m", module, *args]
     context, server_env = _context()
+    # Started from an xdist worker (the other workers busy on the other cores), as conftest.py's
+    # one_thread_per_worker: one torch thread.
+    one_thread = bool(os.environ.get("PYTEST_XDIST_WORKER"))
     if _imported_with(env) != server_env:
+        if one_thread:
+            env.setdefault("OMP_NUM_THREADS", "1")
         return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         process = context.Process(target=_main, args=(module, list(args), env, str(root),
-                                                      [str(root), str(root / "src")], str(out), str(err)))
+                                                      [str(root), str(root / "src")], str(out), str(err),
+                                                      one_thread))
         process.start()
         process.join(timeout)
         if process.is_alive():

@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no planted bugs for {sorted(unknown)}")
     skipped = {r.name: r.skip_reason() for r in runs if r.skip_reason()}
     jobs = [(r, s) for r in runs if r.name not in skipped for s in range(1, args.seeds + 1)]
+    if args.workers > 1:  # the runs share the cores: one torch thread each (set before torch is imported)
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     started = time.perf_counter()
+
     def one(job):  # each run's outcome as it ends, so an interrupted sweep keeps what it ran
         outcome = caught(*job)
         print(f"  {job[0].name} seed {job[1]}: {'caught' if outcome[0] else 'missed'} in {outcome[1]:.0f} s",
