@@ -144,9 +144,9 @@ def honour_seed(config) -> None:
 
 
 def one_thread_per_worker() -> None:
-    """Under xdist (and in the runs a worker starts) each process computes on one CPU thread:
-    the workers already take every core, and torch's own pool in each (a thread per core) made
-    them contend. `CI=true pytest -n 2` over the CPU equivalence and conformance rows of
+    """Under xdist each worker computes on one CPU thread (tests/forked_pytest.py does the same for
+    the runs a worker starts): the workers already take every core, and torch's own pool in each
+    (a thread per core) made them contend. `CI=true pytest -n 2` over the CPU equivalence and conformance rows of
     think_budget, logits_copy, penalties and recovered_tokens (2 cores, alternating): 224 s and
     216 s with torch's pool, 203 s and 192 s with one thread. A result does not depend on it: both
     sides of a comparison run in the same process."""

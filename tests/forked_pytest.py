@@ -37,7 +37,12 @@ def _imported_with(env) -> dict[str, str]:
 
 @cache
 def _context():
-    """The fork server's context and the environment it imports with (this process's, now)."""
+    """The fork server's context and the environment it imports with (this process's, now, once
+    vLLM's configuration is imported here too: importing it sets variables, and a process that
+    imported it only after its first run would otherwise start every later run fresh)."""
+    from tests.vllm_configuration import import_vllm_configuration
+
+    import_vllm_configuration()
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     return context, _imported_with(os.environ)
@@ -87,10 +92,10 @@ def run_module(module: str, args: list[str], root: Path, timeout: float = 600,
                **extra_env) -> subprocess.CompletedProcess:
     """`python -m MODULE *args` from `root` with this checkout's packages importable: the exit
     code and what it printed."""
+    context, server_env = _context()  # first: it may set variables here
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]), **extra_env)
     command = [sys.executable, "-m", module, *args]
-    context, server_env = _context()
     # Started from an xdist worker (the other workers busy on the other cores), as conftest.py's
     # one_thread_per_worker: one torch thread.
     one_thread = bool(os.environ.get("PYTEST_XDIST_WORKER"))

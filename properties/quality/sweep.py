@@ -28,12 +28,15 @@ from properties.quality.runs import PlantedRun, failure_types, planted_runs
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def caught(run: PlantedRun, seed: int, profile: str = "ci") -> tuple[bool, float, str]:
-    """(caught by a comparison, seconds, what else happened) for one seed."""
+def caught(run: PlantedRun, seed: int, profile: str = "ci", one_thread: bool = False) -> tuple[bool, float, str]:
+    """(caught by a comparison, seconds, what else happened) for one seed; `one_thread`: torch
+    computes on one CPU thread (runs side by side)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]), **run.env(out))
         env.pop("PYTEST_XDIST_WORKER", None)
+        if one_thread:
+            env.setdefault("OMP_NUM_THREADS", "1")
         start = time.perf_counter()
         result = subprocess.run([sys.executable, *run.args(out, profile, seed)], cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=1800)
@@ -69,12 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no planted bugs for {sorted(unknown)}")
     skipped = {r.name: r.skip_reason() for r in runs if r.skip_reason()}
     jobs = [(r, s) for r in runs if r.name not in skipped for s in range(1, args.seeds + 1)]
-    if args.workers > 1:  # the runs share the cores: one torch thread each (set before torch is imported)
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
     started = time.perf_counter()
 
     def one(job):  # each run's outcome as it ends, so an interrupted sweep keeps what it ran
-        outcome = caught(*job)
+        outcome = caught(*job, one_thread=args.workers > 1)  # runs side by side share the cores
         print(f"  {job[0].name} seed {job[1]}: {'caught' if outcome[0] else 'missed'} in {outcome[1]:.0f} s",
               file=sys.stderr, flush=True)
         return outcome
