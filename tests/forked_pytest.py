@@ -11,7 +11,8 @@ What reads the environment at import time must read the run's: the server import
 environment of the process that started it, so a run whose environment differs from that one
 (beyond the variables only the run's own modules read: `AFTER_FORK`) starts a fresh Python
 instead. Of this project the server imports only `vllm_env` (tests/vllm_preload.py); this module
-imports only the standard library (the forked process imports it to find `_main`).
+imports only the standard library at its top (the forked process imports it to find `_main`), and
+vLLM's configuration in the starting process when it first starts the server.
 """
 
 from __future__ import annotations
