@@ -9,6 +9,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from vllm_hotpaths.penalties.fast import DEFAULT_COLS
 from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.testing.cases.penalties import InvalidIdCase, PenaltiesProgram, PoisonedProgram, RepairCase
 
@@ -99,6 +100,18 @@ def request_fields(draw, tok, model_len: int, penalties) -> tuple:
 
 
 @st.composite
+def capacity_jump(draw, request, tok, step) -> list:
+    """Two requests, then a step, in a program without a batch hint: one request whose
+    output needs more than twice a builder's default columns at once (fitting the longest model
+    length), and one drawn as any, whose columns past its own length the grown tensor must pad."""
+    other, long = draw(request), draw(request)
+    prompt = draw(st.lists(tok, max_size=6).map(tuple))
+    output = draw(st.integers(2 * DEFAULT_COLS + 1, 3 * DEFAULT_COLS).flatmap(lambda n: id_runs(tok, n)))
+    note("an output jumping past twice the default columns (built)")
+    return [("add", *other), ("add", prompt, output, *long[2:]), draw(step)]
+
+
+@st.composite
 def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> PenaltiesProgram:
     real = draw(st.integers(0, 9)) == 9  # the last value: shrinking leaves the small vocabularies
     if real:
@@ -114,6 +127,11 @@ def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penalti
     # outgrows: never hinted where the batch may grow past 8 rows (a hint would cover it), else in
     # three programs of four (builders that read the batch need it)
     hint = not big and draw(st.integers(0, 3)) != 3
+    # One other program in six (of two rows or more) starts with a capacity jump
+    # (`capacity_jump`), over the longest model length, without a hint.
+    jump = not big and max_num_reqs >= 2 and draw(st.integers(0, 5)) == 5
+    if jump:
+        max_model_len, hint = MODEL_LENS[-1], False
     tok = token_ids(vocab)
     short = lambda elems, n=4, least=0: st.lists(elems, min_size=least, max_size=n).map(tuple)  # noqa: E731
     rows = st.integers(0, 7)
@@ -154,7 +172,9 @@ def transition_programs(draw, max_ops: int = 14, max_vocab: int = 64) -> Penalti
     )
     # The batch filled to its capacity (max_num_reqs requests, arriving between steps) in every
     # big program and one small one in four; else one to four requests.
-    if big or draw(st.integers(0, 3)) == 3:
+    if jump:
+        prelude = draw(capacity_jump(request, tok, step))
+    elif big or draw(st.integers(0, 3)) == 3:
         prelude = []
         for request, then_step in draw(st.lists(st.tuples(add, st.one_of(st.none(), step)),
                                                 min_size=max_num_reqs, max_size=max_num_reqs)):

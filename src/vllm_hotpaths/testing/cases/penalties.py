@@ -445,7 +445,7 @@ class PenaltiesChecks(Checks):
     boundaries = ("update: a new request in a freed row", "update: a swap moved a row added in it",
                   "update: adds, removes and moves in one step", "condense moved a row", "swap moved rows",
                   "empty batch", "interior -1", "trailing -1 run", "repair shrank a list", "pad id V inside a row",
-                  "trim")
+                  "trim", "an output jumping past twice the default columns (built)")
     error_type = PoisonedProgram
     converted = ((PoisonedProgram, PenaltiesProgram, PoisonedProgram.of),)
 

@@ -436,14 +436,12 @@ def states_on_a_copy(run: ThinkRun, holder, label: str) -> dict:
     return read_on_a_copy(holder, lambda twin: twin.states(), keep=lists, label=label)
 
 
-def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> tuple[int, int]:
+def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> None:
     """Apply one operation; every holder call must give the same result on both holders.
-    Returns (rows forcing their end marker, of which past the first draft) summed over the
-    calls: targets that steer generation towards forcing. The holders get only the calls
+    The holders get only the calls
     vLLM makes (`ThinkRun.apply`); the per-row states compared after each call are read with
     `states()` from the expected holder (a reference, or vLLM's own) and from a copy of the
     actual one."""
-    forcing = past_first_draft = 0
     for call in run.apply(op):
         where = f"{label}, op {op[0]!r}, {call.label}"
         outcomes = []
@@ -483,14 +481,10 @@ def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> tuple[int, i
                 s["in_end"] and s["force_index"] and s["force_index"][0] < len(s.get("spec_token_ids") or ())
                 for s in want_states.values()):
             note("a bonus pass with the forced position inside the drafts")
-        forced = [state["force_index"] for state in want_states.values() if state["in_end"]]
-        forcing += len(forced)
-        past_first_draft += sum(1 for f in forced if f and f[0] > 0)
-        if forced:
+        if any(state["in_end"] for state in want_states.values()):
             note("a row is forcing its end marker")
         if len({state["same_state_as"] for state in want_states.values()}) < len(want_states):
             note("one state object on two rows (0.22 SWAP)")
-    return forcing, past_first_draft
 
 
 def run_program(program: ThinkProgram, version: str, make_expected, make_actual, device, label: str) -> None:
@@ -511,7 +505,6 @@ def machine(generators, version: str, spec: bool, make_expected, make_actual, de
     difference pass (a ledger entry names it) ends the run there. `generators`: the hot path's
     module in `strategies`."""
     from hypothesis import strategies as st
-    from hypothesis import target
     from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
     # Bare names in the class: its source is the seed of a derandomized run (Hypothesis' digest).
@@ -526,7 +519,6 @@ def machine(generators, version: str, spec: bool, make_expected, make_actual, de
             self.draws = ThinkDraws.for_config(config, version)
             self.ops: list[tuple] = []
             self.stopped = False
-            self.forcing = [0, 0]
             program = ThinkProgram(**config, ops=())
             log.record(program)
             self.run = ThinkRun(program, version, device)
@@ -595,21 +587,13 @@ def machine(generators, version: str, spec: bool, make_expected, make_actual, de
 
             def compare() -> None:
                 try:
-                    forcing, past_first_draft = play(self.run, op, self.expected, self.actual, label)
+                    play(self.run, op, self.expected, self.actual, label)
                 except _Stop:
                     self.stopped = True
-                    return
-                self.forcing[0] += forcing
-                self.forcing[1] += past_first_draft
 
             if judge(program, compare):  # a difference the judge lets pass: the run ends there
                 self.stopped = True
 
-        def teardown(self):
-            if hasattr(self, "ops"):
-                # Capped: enough forcing to exercise it, without rewarding ever longer runs.
-                target(float(min(self.forcing[0], 24)), label="rows forcing their end marker")
-                target(float(min(self.forcing[1], 8)), label="forcing past the first draft")
 
         def _step(self, data, spec_as_none: bool = False) -> None:
             if self.header["num_spec_tokens"] and data.draw(REPEATED, label="rows per draft position"):
