@@ -226,7 +226,7 @@ class VacatedRowTakenAsEmpty(IncrementalPenalties):
 # (Hypothesis draws about one integer in 20 from the literals of every loaded project module,
 # docs/quality.md); the quality draw catches them.
 # (JumpPastDoubleUnpadded needed the `quality` profile, and a committed fixture for fresh seeds,
-# until programs built a capacity jump on purpose: strategies/penalties.py `capacity_jump`.)
+# until programs built a capacity jump on purpose: strategies/penalties.py `_capacity_jump`.)
 NEED_MORE_EXAMPLES = {"RowGrowthDropsContent", "IgnoresRowMoves", "VacatedRowTakenAsEmpty"}
 # mutant -> the law expected to catch it (properties/test_<law>.py)
 MUTANTS = {

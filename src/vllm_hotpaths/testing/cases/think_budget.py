@@ -437,11 +437,10 @@ def states_on_a_copy(run: ThinkRun, holder, label: str) -> dict:
 
 
 def play(run: ThinkRun, op: tuple, expected, actual, label: str) -> None:
-    """Apply one operation; every holder call must give the same result on both holders.
-    The holders get only the calls
-    vLLM makes (`ThinkRun.apply`); the per-row states compared after each call are read with
-    `states()` from the expected holder (a reference, or vLLM's own) and from a copy of the
-    actual one."""
+    """Apply one operation; every holder call must give the same result on both holders. The
+    holders get only the calls vLLM makes (`ThinkRun.apply`); the per-row states compared after
+    each call are read with `states()` from the expected holder (a reference, or vLLM's own) and
+    from a copy of the actual one."""
     for call in run.apply(op):
         where = f"{label}, op {op[0]!r}, {call.label}"
         outcomes = []
