@@ -22,6 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+# Bytecode caches (Python's, and pytest's of the rewritten test modules) are written even under
+# PYTHONDONTWRITEBYTECODE: a run of the suite starts about 150 Python processes (xdist workers,
+# the quality set's and the CLI's runs), and each compiled every module of this project again
+# (about 85 s of CPU in the test command).
+sys.dont_write_bytecode = False
+
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings

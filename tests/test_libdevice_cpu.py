@@ -63,3 +63,17 @@ def test_a_libdevice_function_without_emulation_is_named():
 
     with pytest.raises(Exception, match="libdevice erfcinv on torch.float32 has no CPU emulation"):
         kernel[(1,)](torch.ones(1))
+
+
+def test_kept_results_are_the_functions_bits_call_after_call():
+    """The interpreter's memo of log1p: calls overlapping earlier ones (an interpreted sampling
+    pass's blocks after its reference's batch), repeated patterns, NaNs and a table that fills
+    and starts again all give the function's own bits."""
+    x, _ = gpu_pairs()
+    patterns = torch.cat([x, torch.rand(3000) * -1, torch.tensor([float("nan"), -0.0, 0.0])])
+    memo = libdevice_cpu.Memo(libdevice_cpu.log1pf, limit=4000)
+    want = libdevice_cpu.log1pf(patterns).view(torch.int32)
+    for start, stop in ((0, 2500), (1000, 3000), (0, len(patterns)), (2000, 5000), (10, 20), (0, len(patterns))):
+        got = memo(patterns[start:stop].numpy().reshape(-1, 1 if (stop - start) % 2 else 2))
+        assert torch.equal(torch.from_numpy(got).view(torch.int32).flatten(), want[start:stop])
+    assert (memo.inputs[1:] > memo.inputs[:-1]).all()  # sorted, each pattern once

@@ -10,9 +10,11 @@ With a GPU, vLLM is left as it configures itself.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
+import sys
 from types import ModuleType
 
 _adjusted = False
@@ -20,6 +22,13 @@ _adjusted = False
 
 def installed_version() -> str | None:
     """The installed vLLM's version, or None when vLLM is not installed."""
+    return _version_on(tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=8)
+def _version_on(path: tuple[str, ...]) -> str | None:
+    """vLLM's version where `path` (the import path) finds it: reading it means parsing its
+    metadata file, which cost the suite about 50 s when every live side asked again."""
     try:
         return importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:

@@ -7,15 +7,23 @@ question is asked in a child process (`python -m vllm_hotpaths.testing.runner_ch
 an engine configuration loads vLLM's plugins, which must not patch the gate's own process.
 Answers are for a GPU engine; `VLLM_USE_V2_MODEL_RUNNER` in the environment is honoured, as vLLM
 honours it.
+
+Asking costs the child about 12 s on 2 cores, nearly all of it importing vLLM and transformers,
+at every gate. The child keeps its answers in the environment it runs in (`CACHE_NAME` under
+`sys.prefix`), under a digest of everything they depend on (`inputs_digest`): the bytes of every
+`.py` file of the vLLM it imports, transformers' version, the `VLLM_*` variables, and this
+module's and `runners`' source. Any change to one of them asks vLLM again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from importlib import metadata, util
 from pathlib import Path
 
 SMALL = dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
@@ -53,6 +61,51 @@ def ask_vllm(folder: Path) -> list[dict]:
     return answers
 
 
+CACHE_NAME = "vllm-hotpaths-runner-choice.json"  # {digest: answers}, in the environment's folder
+
+
+def inputs_digest(vllm_dir: Path | None = None) -> str | None:
+    """A digest of what the answers depend on (module docstring); None where vLLM is not found."""
+    from vllm_hotpaths import runners
+
+    if vllm_dir is None:
+        spec = util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        vllm_dir = Path(list(spec.submodule_search_locations)[0])
+    try:
+        transformers = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        transformers = None
+    digest = hashlib.sha256(repr((transformers, sorted((k, v) for k, v in os.environ.items() if k.startswith("VLLM_")),
+                                  Path(__file__).read_bytes(), Path(runners.__file__).read_bytes())).encode())
+    for path in sorted(vllm_dir.rglob("*.py")):
+        digest.update(str(path.relative_to(vllm_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def kept_or_asked(folder: Path, ask=ask_vllm, store: Path | None = None, vllm_dir: Path | None = None) -> list[dict]:
+    """The answers kept in `store` (default: CACHE_NAME in this environment) for the present
+    inputs, else `ask(folder)`'s, then kept there (where the folder is writable)."""
+    store = store or Path(sys.prefix) / CACHE_NAME
+    key = inputs_digest(vllm_dir)
+    try:
+        kept = json.loads(store.read_text())
+    except (OSError, ValueError):
+        kept = {}
+    if key is not None and isinstance(kept, dict) and key in kept:
+        return kept[key]
+    answers = ask(folder)
+    if key is not None:
+        try:
+            scratch = store.with_name(f"{store.name}.{os.getpid()}")
+            scratch.write_text(json.dumps({key: answers}))
+            os.replace(scratch, store)  # whole, for a gate running beside this one
+        except OSError:
+            pass
+    return answers
+
+
 def choices(python: str = sys.executable, timeout: float = 180) -> list[dict]:
     """The answers of a child process (no plugin loaded there), or one entry saying why none came."""
     env = {**os.environ, "VLLM_PLUGINS": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -76,4 +129,4 @@ def lines(version: str | None, answers: list[dict]) -> list[str]:
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as scratch:
-        print(json.dumps({"answers": ask_vllm(Path(scratch))}))
+        print(json.dumps({"answers": kept_or_asked(Path(scratch))}))

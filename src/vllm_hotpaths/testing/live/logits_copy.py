@@ -19,6 +19,7 @@ None seed to a random one (sample/states.py l.241, l.247).
 
 from __future__ import annotations
 
+import functools
 import sys
 from contextlib import contextmanager
 
@@ -64,6 +65,15 @@ def _h2d_unpinned(data, dtype, device=None, pin_memory=False, target_device=None
     return torch.tensor(data, dtype=dtype).to(device if device is not None else target_device)
 
 
+@functools.lru_cache(maxsize=1)
+def _h2d_callers(loaded: int) -> list:
+    """The Model Runner V2 modules that call `async_tensor_h2d`, found among the `loaded` modules
+    imported so far (kept until another is imported: scanning them all at every request cost the
+    suite about 30 s)."""
+    return [m for name, m in list(sys.modules.items())
+            if name.startswith("vllm.v1.worker.gpu") and hasattr(m, "async_tensor_h2d")]
+
+
 @contextmanager
 def unpinned_h2d():
     """0.17 to 0.21 copy host lists to the device through pinned memory
@@ -73,8 +83,7 @@ def unpinned_h2d():
     if torch.cuda.is_available():
         yield
         return
-    modules = [m for name, m in list(sys.modules.items())
-               if name.startswith("vllm.v1.worker.gpu") and hasattr(m, "async_tensor_h2d")]
+    modules = _h2d_callers(len(sys.modules))
     originals = [m.async_tensor_h2d for m in modules]
     for module in modules:
         module.async_tensor_h2d = _h2d_unpinned
