@@ -21,13 +21,15 @@ def gpu_script(root: Path, filename: str):
 @pytest.fixture
 def run_cli(pytestconfig):
     """Run a command of this checkout's Python in a process of its own (own pytest session / CLI):
-    `-m MODULE ...` in a process forked from one that has the suite's imports done
-    (tests/forked_pytest.py), anything else, or with `fresh=True`, in a fresh Python."""
+    `-m MODULE ...`, and `-c CODE ...` with `forked=True`, in a process forked from one that has
+    the suite's imports done (tests/forked_pytest.py); anything else, or with `fresh=True`, in a
+    fresh Python."""
     root = pytestconfig.rootpath
 
-    def run(*args, timeout=600, fresh=False, **extra_env):
-        if args[0] == "-m" and not fresh:
-            return run_module(args[1], list(args[2:]), root, timeout, **extra_env)
+    def run(*args, timeout=600, fresh=False, forked=False, **extra_env):
+        if (args[0] == "-m" or args[0] == "-c" and forked) and not fresh:
+            return run_module(args[1] if args[0] == "-m" else "-c", list(args[2:] if args[0] == "-m" else args[1:]),
+                              root, timeout, **extra_env)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]), **extra_env)
         env.pop("PYTEST_XDIST_WORKER", None)
         return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True,

@@ -28,7 +28,10 @@ from pathlib import Path
 PRELOAD = ["numpy", "torch", "triton", "triton.language", "hypothesis", "pytest", "_pytest.assertion.rewrite",
            "tests.vllm_preload"]
 # Read only by the run's own imports (the suite's fixtures, its import path), after the fork.
-AFTER_FORK = ("PYTHONPATH", "VLLM_HOTPATHS_NO_REPLAY", "VLLM_HOTPATHS_REGRESSIONS")
+# The plugin's variables are read when vLLM loads its plugins (`VLLM_PLUGINS`, through vLLM's envs
+# module, which caches nothing until an engine has started) and when ours registers.
+AFTER_FORK = ("PYTHONPATH", "VLLM_HOTPATHS_NO_REPLAY", "VLLM_HOTPATHS_REGRESSIONS", "VLLM_PLUGINS", "VLLM_HOTPATHS",
+              "VLLM_HOTPATHS_VALIDATED")
 
 
 def _imported_with(env) -> dict[str, str]:
@@ -52,8 +55,9 @@ def _context():
 def _main(module: str, args: list[str], env: dict[str, str], folder: str, paths: list[str], out: str,
           err: str, one_thread: bool) -> None:
     """The forked process: the run's environment, folder and import path, its output into files,
-    then the module as `python -m` runs it, its exit handlers, and its exit code as the process's.
-    `one_thread`: torch computes on one CPU thread (as the xdist worker that started the run)."""
+    then the module as `python -m` runs it (`module` "-c": the code `args[0]`, as `python -c` runs
+    it), its exit handlers, and its exit code as the process's. `one_thread`: torch computes on one
+    CPU thread (as the xdist worker that started the run)."""
     import atexit
     import runpy
     import traceback
@@ -71,10 +75,13 @@ def _main(module: str, args: list[str], env: dict[str, str], folder: str, paths:
         target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(target, fd)
         os.close(target)
-    sys.argv = [module, *args]
+    sys.argv = ["-c", *args[1:]] if module == "-c" else [module, *args]
     code = 0
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        if module == "-c":
+            exec(compile(args[0], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         code = stop.code
     except BaseException:  # noqa: BLE001 - as Python reports an uncaught exception
@@ -91,12 +98,12 @@ def _main(module: str, args: list[str], env: dict[str, str], folder: str, paths:
 
 def run_module(module: str, args: list[str], root: Path, timeout: float = 600,
                **extra_env) -> subprocess.CompletedProcess:
-    """`python -m MODULE *args` from `root` with this checkout's packages importable: the exit
-    code and what it printed."""
+    """`python -m MODULE *args` (MODULE "-c": `python -c CODE *args`, the code first in `args`)
+    from `root` with this checkout's packages importable: the exit code and what it printed."""
     context, server_env = _context()  # first: it may set variables here
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]), **extra_env)
-    command = [sys.executable, "-m", module, *args]
+    command = [sys.executable, *(["-c"] if module == "-c" else ["-m", module]), *args]
     # Started from an xdist worker (the other workers busy on the other cores), as conftest.py's
     # one_thread_per_worker: one torch thread.
     one_thread = bool(os.environ.get("PYTEST_XDIST_WORKER"))

@@ -1,5 +1,6 @@
 """The vLLM plugin, loaded the way vLLM loads it (`vllm.plugins.load_general_plugins`), in a
-fresh process each time: installed only for validated versions, selected by VLLM_HOTPATHS,
+process of its own each time (forked from one that has imported vLLM's configuration, but loaded
+no plugin): installed only for validated versions, selected by VLLM_HOTPATHS,
 harmless twice, and in place inside a real `InputBatch`. (Each patch's equivalence with upstream
 is a property named `test_patched_vllm_*` in its hot path's properties file.)"""
 
@@ -49,7 +50,7 @@ print("output list", type(live.req_output_token_ids[0]).__name__)
 def load(run_cli, tmp_path, validated: dict, **env):
     path = tmp_path / "validated.json"
     path.write_text(json.dumps(validated))
-    return run_cli("-c", LOAD, VLLM_HOTPATHS_VALIDATED=str(path), VLLM_PLUGINS="vllm_hotpaths", **env)
+    return run_cli("-c", LOAD, forked=True, VLLM_HOTPATHS_VALIDATED=str(path), VLLM_PLUGINS="vllm_hotpaths", **env)
 
 
 def test_the_entry_point_is_declared():
