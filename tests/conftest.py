@@ -27,9 +27,9 @@ def run_cli(pytestconfig):
     root = pytestconfig.rootpath
 
     def run(*args, timeout=600, fresh=False, forked=False, **extra_env):
-        if (args[0] == "-m" or args[0] == "-c" and forked) and not fresh:
-            return run_module(args[1] if args[0] == "-m" else "-c", list(args[2:] if args[0] == "-m" else args[1:]),
-                              root, timeout, **extra_env)
+        if not fresh and (args[0] == "-m" or args[0] == "-c" and forked):
+            module, rest = (args[1], args[2:]) if args[0] == "-m" else ("-c", args[1:])
+            return run_module(module, list(rest), root, timeout, **extra_env)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "src")]), **extra_env)
         env.pop("PYTEST_XDIST_WORKER", None)
         return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True,

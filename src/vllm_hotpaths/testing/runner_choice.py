@@ -8,7 +8,7 @@ an engine configuration loads vLLM's plugins, which must not patch the gate's ow
 Answers are for a GPU engine; `VLLM_USE_V2_MODEL_RUNNER` in the environment is honoured, as vLLM
 honours it.
 
-Asking costs the child about 12 s on 2 cores, nearly all of it importing vLLM and transformers,
+Asking costs the child about 9 s on 2 cores, nearly all of it importing vLLM and transformers,
 at every gate. The child keeps its answers in the environment it runs in (`CACHE_NAME` under
 `sys.prefix`), under a digest of everything they depend on (`inputs_digest`): the bytes of every
 `.py` file of the vLLM it imports, transformers' version, the `VLLM_*` variables, and this
