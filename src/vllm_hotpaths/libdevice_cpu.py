@@ -149,7 +149,8 @@ class Memo:
 
 
 EMULATED = {"log1p": {torch.float32: log1pf}}  # libdevice name -> {dtype: function}
-_MEMOS = {}  # (libdevice name, dtype) -> its Memo, for the interpreter
+# (libdevice name, dtype) -> its function kept by bit pattern, for the interpreter
+_MEMOS = {(name, dtype): Memo(function) for name, functions in EMULATED.items() for dtype, function in functions.items()}
 LIBDEVICE_MODULES = ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice")
 
 
@@ -163,11 +164,10 @@ def _interpreted(name: str):
 
         x = args[0]
         dtype = torch.from_numpy(np.zeros(0, x.handle.data.dtype)).dtype
-        function = EMULATED.get(name, {}).get(dtype)
-        if function is None or len(args) != 1 or kwargs:
+        memo = _MEMOS.get((name, dtype))
+        if memo is None or len(args) != 1 or kwargs:
             raise NotImplementedError(f"libdevice {name} on {dtype} has no CPU emulation for Triton's interpreter "
                                       f"(emulated: {', '.join(f'{n} on {list(d)}' for n, d in EMULATED.items())})")
-        memo = _MEMOS.get((name, dtype)) or _MEMOS.setdefault((name, dtype), Memo(function))
         return core.tensor(TensorHandle(memo(x.handle.data), x.handle.dtype.scalar), x.type)
 
     return call
