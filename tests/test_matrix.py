@@ -1,6 +1,8 @@
 """The release matrix: which releases, which share a verdict, and an interrupted run."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,7 +50,8 @@ def test_a_version_named_in_a_hot_paths_own_file_segments_that_hot_path_only(pyt
 
 
 def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp_path, pytestconfig, capsys):
-    def release(self, version):
+    def release(self, version, own, environment):
+        assert environment.result() == Path(version)  # made ahead
         if version == "0.22.1":
             raise KeyboardInterrupt
         result = {"version": version, "commit": self.commit, "profile": self.profile, "runner_choice": [],
@@ -59,6 +62,8 @@ def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp
         return result
 
     monkeypatch.setattr(matrix.Matrix, "release", release)
+    monkeypatch.setattr(matrix.Matrix, "own_rows", lambda self: {"hotpaths": {}})
+    monkeypatch.setattr(releases, "environment", lambda version, root, log=None: Path(version))
     monkeypatch.setattr(releases, "index_releases", lambda: INDEX)
     monkeypatch.setattr(releases, "make_base", lambda root, base: None)
     from vllm_hotpaths import cli
@@ -162,28 +167,34 @@ def test_a_change_planted_in_a_release_is_caught_by_its_gate_and_not_shared(pyte
     assert fingerprint.fingerprint(runs["clean"][1], functions) != fingerprint.fingerprint(runs["planted"][1], functions)
 
 
-def test_a_hot_path_missing_from_a_release_is_a_skip_whatever_its_equivalence_rows():
-    def row(check, status):
-        return {"check": check, "status": status}
+def test_a_hot_path_missing_from_a_release_is_a_skip_whatever_its_own_rows():
+    def row(check, status, own=False):
+        return {"check": check, "status": status, "own": own}
 
-    assert matrix.hotpath_status([row("equivalence", "pass"), row("conformance", "skip")]) == "skip"
-    assert matrix.hotpath_status([row("equivalence", "pass"), row("conformance", "pass"),
+    assert matrix.hotpath_status([row("equivalence", "pass", own=True), row("conformance", "skip")]) == "skip"
+    assert matrix.hotpath_status([row("equivalence", "pass", own=True), row("conformance", "pass"),
                                   row("drift", "expected-divergence")]) == "expected-divergence"
-    assert matrix.hotpath_status([row("equivalence", "fail"), row("conformance", "pass")]) == "fail"
+    assert matrix.hotpath_status([row("equivalence", "fail", own=True), row("conformance", "pass")]) == "fail"
+    # An equivalence row that runs vLLM (swap_states on vLLM's own InputBatch) is the release's.
+    assert matrix.hotpath_status([row("equivalence", "fail"), row("conformance", "skip")]) == "fail"
 
 
-def test_a_release_in_the_same_segment_runs_only_the_rows_that_run_vllm(monkeypatch, tmp_path, pytestconfig):
-    """Two releases of one suite segment with different fingerprints: the first runs every check,
-    the second only the checks that run vLLM and takes the first's equivalence rows (named in its
-    cell); a failing equivalence verdict carries over."""
+def _row(kind, status, fixture=None):
+    return {"hotpath": "penalties", "check": kind, "status": status, "device": "cpu",
+            "implementation": "incremental", "excused": [], "skip_reasons": [], "fixture": fixture}
+
+
+def test_the_rows_that_run_no_vllm_code_run_once_and_join_every_release(monkeypatch, tmp_path, pytestconfig):
+    """The own rows are gated once, with the base environment's python (no vLLM there), and kept
+    for a later run of the same commit; each release's gate runs only the rows that run vLLM, and
+    its cell joins both (a failing own row fails every cell that is not a skip)."""
     gates = []
 
-    def gate(self, version, python, hotpaths, checks):
-        gates.append((version, tuple(hotpaths), tuple(checks)))
-        rows = [{"hotpath": "penalties", "check": kind, "status": "fail" if kind == "equivalence" else "pass",
-                 "device": "cpu", "implementation": "incremental", "excused": [], "skip_reasons": [], "fixture": None}
-                for kind in ("equivalence", "conformance") if not checks or kind in checks]
-        return {"results": rows, "runner_choice": [], "seed": 1, "verdict": "fail"}, {}
+    def gate(self, version, python, hotpaths, rows):
+        gates.append((version, python, tuple(hotpaths), rows))
+        if rows == "own":
+            return {"results": [_row("equivalence", "fail")], "seed": 1, "verdict": "FAIL", "vllm_version": None}, {}
+        return {"results": [_row("conformance", "pass")], "runner_choice": [], "seed": 1, "verdict": "PASS"}, {}
 
     monkeypatch.setattr(matrix.Matrix, "_gate", gate)
     monkeypatch.setattr(releases, "environment", lambda version, root, log=None: Path(version))
@@ -191,18 +202,48 @@ def test_a_release_in_the_same_segment_runs_only_the_rows_that_run_vllm(monkeypa
     monkeypatch.setattr(fingerprint, "fingerprint", lambda vllm_root, functions: f"code of {vllm_root}")
     monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0", "0.22.0"]})
     table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None)
-    first, second = table.release("0.22.0"), table.release("0.22.1")
-    assert gates == [("0.22.0", ("penalties",), ()),
-                     ("0.22.1", ("penalties",), tuple(c for c in matrix.CHECKS if c != "equivalence"))]
-    assert first["hotpaths"]["penalties"]["equivalence_from"] is None
-    cell = second["hotpaths"]["penalties"]
-    assert cell["equivalence_from"] == "0.22.0" and cell["status"] == "fail"
-    assert cell["checks"] == {"equivalence": "fail", "conformance": "pass"}
-    assert "(equivalence = 0.22.0)" in matrix.cell_text(cell)
-    # Another segment runs everything again.
-    table.boundaries = {"penalties": ["0.16.0", "0.22.0", "0.23.0"]}
-    table.release("0.23.0")
-    assert gates[-1] == ("0.23.0", ("penalties",), ())
+    own = table.own_rows()
+    assert gates == [("", pytestconfig.rootpath / ".venvs" / "base" / "bin" / "python", ("penalties",), "own")]
+    first, second = table.release("0.22.0", own), table.release("0.22.1", own)
+    assert [g[0::3] for g in gates[1:]] == [("0.22.0", "vllm"), ("0.22.1", "vllm")]  # other code: gated again
+    for result in (first, second):
+        cell = result["hotpaths"]["penalties"]
+        assert cell["status"] == "fail" and not cell["held"]
+        assert cell["checks"] == {"equivalence": "fail", "conformance": "pass"}
+    assert table.own_rows() == own and len(gates) == 3  # kept
+    table.commit = "another commit"
+    table.own_rows()
+    assert len(gates) == 4
+
+
+def test_own_rows_refuse_an_environment_with_vllm(monkeypatch, tmp_path, pytestconfig):
+    monkeypatch.setattr(matrix.Matrix, "_gate", lambda *args: ({"results": [], "seed": 1, "verdict": "PASS",
+                                                                "vllm_version": "0.22.0"}, {}))
+    monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0"]})
+    table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None)
+    with pytest.raises(releases.ReleaseError, match="has vLLM 0.22.0 installed"):
+        table.own_rows()
+
+
+def test_the_gate_splits_its_rows_into_own_and_vllm_by_their_markers(pytestconfig):
+    """`--rows own` and `--rows vllm` select complementary sets of the gate's properties: the own
+    ones are those marked neither needs_vllm nor needs_vllm_ops (swap_states on vLLM's InputBatch is
+    an equivalence row that runs vLLM)."""
+    from vllm_hotpaths.testing.gate import GateOptions
+
+    def collected(rows):
+        args = GateOptions(profile="smoke", root=pytestconfig.rootpath, report_dir=pytestconfig.rootpath,
+                           rows=rows).pytest_args()
+        args = [a for a in args if a not in ("-rfE", "--continue-on-collection-errors")]
+        done = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-p", "no:xdist"],
+                              capture_output=True, text=True, cwd=pytestconfig.rootpath)
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    own, vllm, every = collected("own"), collected("vllm"), collected("all")
+    assert own and vllm and not own & vllm and own | vllm == every
+    assert any("test_candidate_on_vllm_input_batch" in n for n in vllm)
+    assert not any("test_candidate_on_vllm_input_batch" in n or "conformance" in n for n in own)
+    assert any("test_candidate_matches_reference" in n for n in own)
 
 
 def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_ones(monkeypatch, tmp_path, pytestconfig):
@@ -211,12 +252,12 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
     verdict holds."""
     verdict = {"0.22.0": "pass", "0.23.0": "fail"}
 
-    def gate(self, version, python, hotpaths, checks):
+    def gate(self, version, python, hotpaths, rows):
         fixture = str(self.store / f"gate-vllm-{version}" / "fixtures" / "case.json")
-        rows = [{"hotpath": "penalties", "check": kind, "status": verdict[version], "device": "cpu",
-                 "implementation": "incremental", "excused": [], "skip_reasons": [], "fixture": fixture}
-                for kind in ("equivalence", "conformance")]
-        return {"results": rows, "runner_choice": [], "seed": 1, "verdict": "pass"}, {}
+        return {"results": [_row("conformance", verdict[version], fixture)], "runner_choice": [], "seed": 1,
+                "verdict": "pass"}, {}
+
+    own = {"hotpaths": {"penalties": [{**_row("equivalence", "pass"), "own": True}]}}
 
     monkeypatch.setattr(matrix.Matrix, "_gate", gate)
     monkeypatch.setattr(releases, "environment", lambda version, root, log=None: Path(version))
@@ -230,7 +271,7 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
     table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None,
                           record_to=validated)
     for version in ("0.22.0", "0.22.1", "0.23.0"):
-        result = table.release(version)
+        result = table.release(version, own)
     assert result["hotpaths"]["penalties"]["fixtures"] == ["matrix/gate-vllm-0.23.0/fixtures/case.json"]  # from OUT
     rows = json.loads(validated.read_text())["penalties"]
     assert rows["0.22.0"] == gpu_row

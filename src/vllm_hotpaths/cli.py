@@ -35,7 +35,7 @@ def _gate(args) -> int:
         junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip,
         seed=args.seed, timeout=args.timeout, runner=args.runner,
         trace_dir=Path(args.trace_vllm).resolve() if args.trace_vllm else None, checks=args.check or [],
-        generated_only=args.generated_only)
+        generated_only=args.generated_only, rows=args.rows)
     if options.impls and options.fixture_dir is None:  # a candidate's failures stay out of the checkout
         options.fixture_dir = options.report_dir / "fixtures"
     problems = options.problems()
@@ -129,7 +129,7 @@ def _contracts(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from vllm_hotpaths.testing import e2e as e2e_module  # the test machinery, only for the command line
 
-    from vllm_hotpaths.testing.gate import CHECKS, PROFILES
+    from vllm_hotpaths.testing.gate import CHECKS, PROFILES, ROWS
     from vllm_hotpaths.testing.watchdog import DEFAULT_SECONDS
 
     parser = argparse.ArgumentParser(prog="vllm-hotpaths")
@@ -157,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="only the hot paths whose upstream this model runner calls (v1: Model Runner "
                            "v1, mrv2: Model Runner V2)")
     gate.add_argument("--check", action="append", choices=CHECKS,
-                      help="only this kind of check (repeatable; default: all; the matrix runs the checks "
-                           "that run vLLM where an earlier release's equivalence rows stand)")
+                      help="only this kind of check (repeatable; default: all)")
+    gate.add_argument("--rows", default="all", choices=ROWS,
+                      help="own: only the properties that run no vLLM code (the same verdict on every "
+                           "release); vllm: only the others (the release matrix runs own once, vllm per release)")
     gate.add_argument("-n", "--workers", default=None, help="pytest-xdist workers (e.g. auto)")
     gate.add_argument("--report-dir", default=".", help="where gate-report.json/.md are written")
     gate.add_argument("--fixture-dir", default=None,

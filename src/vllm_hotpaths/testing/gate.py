@@ -230,6 +230,11 @@ def table(rows: list[Row]) -> str:
 
 PROFILES = ("smoke", "dev", "ci", "gate", "soak")  # Hypothesis profiles the gate takes, smallest first
 CHECKS = ("equivalence", "conformance", "drift", "semantic-change", "runner-change")  # the rows' check kinds
+# `--rows`: the properties that run only this project's code (no vLLM function, no compiled op of
+# vLLM's) give the same verdict whatever vLLM is installed, so the release matrix runs them once,
+# where no vLLM is installed at all ("own"), and on each release only the rest ("vllm").
+ROWS = ("all", "own", "vllm")
+OWN_ROWS = "not needs_vllm and not needs_vllm_ops"
 
 
 @dataclass
@@ -256,6 +261,7 @@ class GateOptions:
     trace_dir: Path | None = None  # note the vLLM functions each hot path runs (testing.fingerprint)
     checks: list[str] = field(default_factory=list)  # only these check kinds (default: all)
     generated_only: bool = False  # leave out the committed fixtures (what generation alone finds)
+    rows: str = "all"  # "own": only the rows that run no vLLM code (ROWS); "vllm": only the others
 
     def selected_hotpaths(self) -> list[str]:
         """The hot paths to check: --hotpath (default all), those of --runner only."""
@@ -286,6 +292,8 @@ class GateOptions:
             found.append("--record needs the committed fixtures replayed (--generated-only leaves them out)")
         if self.record and self.checks:
             found.append(f"--record needs every check (--check {' '.join(self.checks)} leaves some out)")
+        if self.record and self.rows != "all":
+            found.append(f"--record needs every row (--rows {self.rows} leaves some out)")
         if self.timeout is not None and self.timeout < 0:
             found.append(f"--timeout {self.timeout:g}: seconds, 0 for no limit")
         return found
@@ -300,6 +308,8 @@ class GateOptions:
             selection += " and (" + " or ".join(self.selected_hotpaths()) + ")"
         if self.checks:
             selection += " and (" + " or ".join(kind.replace("-", "_") for kind in self.checks) + ")"
+        if self.rows != "all":
+            selection += f" and {'' if self.rows == 'own' else 'not '}({OWN_ROWS})"
         args = [str(self.root / "properties"), "-q", "-m", selection, "--hypothesis-profile", self.profile,
                 f"--rootdir={self.root}", "--no-header", "-rfE", "--continue-on-collection-errors"]
         args += [f"--hypothesis-seed={self.seed}"] if self.seed is not None else []
@@ -327,6 +337,7 @@ class GateOptions:
         out += [a for name in self.hotpaths for a in ("--hotpath", name)]
         out += ["--runner", self.runner] if self.runner != "all" else []
         out += [a for kind in self.checks for a in ("--check", kind)]
+        out += ["--rows", self.rows] if self.rows != "all" else []
         out += ["-n", self.workers] if self.workers else []
         out += ["--fixture-dir", str(self.fixture_dir)] if self.fixture_dir else []
         out += ["--seed", str(self.seed)] if self.seed is not None else []

@@ -1,10 +1,13 @@
 """`vllm-hotpaths matrix`: the gate over many vLLM releases, and the page of what holds where.
 
-Each release gets its environment (testing.releases) and, per hot path, either a verdict of its
-own (the gate in that environment, tracing the vLLM functions each hot path runs) or the verdict
-of an earlier release it provably shares: same suite segment (no version that this suite's own
-code names lies between them, so the same references, ledger entries and version branches apply)
-and the same fingerprint (testing.fingerprint) of the functions that release's run traced.
+The rows that run no vLLM code (`gate --rows own`: our fast paths against our references) are
+gated once, in the base environment, where no vLLM is installed. Each release gets its environment
+(testing.releases, made ahead while earlier releases gate) and, per hot path, either a verdict of
+its own (the gate of the rows that run vLLM in that environment, tracing the vLLM functions each
+hot path runs, joined with the rows gated once) or the verdict of an earlier release it provably
+shares: same suite segment (no version that this suite's own code names lies between them, so the
+same references, ledger entries and version branches apply) and the same fingerprint
+(testing.fingerprint) of the functions that release's run traced.
 
 Each release's result is written to `<out>/matrix/vllm-X.Y.Z.json` as soon as it is known, so an
 interrupted matrix keeps what finished and a later run with the same suite commit and profile
@@ -134,9 +137,9 @@ def segment(version: str, boundaries: list[str]) -> str:
 
 def hotpath_status(rows: list[dict]) -> str:
     """The hot path's verdict on a release. Where every row that runs the release's vLLM skips
-    (the hot path is not in that release), it is `skip`, whatever the equivalence rows (our fast
-    path against our reference, the same on every release) say."""
-    upstream = [r for r in rows if r["check"] != "equivalence"]
+    (the hot path is not in that release), it is `skip`, whatever the rows that run no vLLM code
+    (marked `own`: our fast path against our reference, the same on every release) say."""
+    upstream = [r for r in rows if not r.get("own")]
     if upstream and all(r["status"] == "skip" for r in upstream):
         return "skip"
     statuses = {r["status"] for r in rows}
@@ -183,34 +186,62 @@ class Matrix:
                 found.append(result)
         return sorted(found, key=lambda r: version_key(r["version"]))
 
-    def release(self, version: str) -> dict:
+    def own_rows(self) -> dict:
+        """The rows that run no vLLM code (`gate --rows own`: our fast paths against our references,
+        and the like), gated once for every release, in the base environment, where no vLLM is
+        installed: nothing they compute can come from a release. Kept in `<store>/own-rows.json`
+        for the same commit and profile (resume)."""
+        path = self.store / "own-rows.json"
+        if path.exists():
+            kept = json.loads(path.read_text())
+            if (kept.get("commit"), kept.get("profile")) == (self.commit, self.profile) \
+                    and set(self.hotpaths) <= set(kept["hotpaths"]):
+                self.log(f"matrix: the rows that run no vLLM code kept from an earlier run of this commit ({path})")
+                return kept
+        started = time.monotonic()
+        python = self.root / ".venvs" / "base" / "bin" / "python"
+        report = self._gate("", python, self.hotpaths, "own")[0]
+        if report["vllm_version"] is not None:
+            raise releases.ReleaseError(f"the base environment has vLLM {report['vllm_version']} installed: "
+                                        "the rows that run no vLLM code must run where none is")
+        result = {"commit": self.commit, "profile": self.profile, "seed": report["seed"],
+                  "verdict": report["verdict"], "duration_s": round(time.monotonic() - started, 1),
+                  "hotpaths": {name: [{**r, "fixture": self._relative(r["fixture"]), "own": True}
+                                      for r in report["results"] if r["hotpath"] == name]
+                               for name in self.hotpaths}}
+        self.store.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        self.log(f"matrix: the rows that run no vLLM code done in {result['duration_s']:.0f} s "
+                 f"({report['verdict']})")
+        return result
+
+    def release(self, version: str, own: dict, environment=None) -> dict:
+        """The release's cells: per hot path, an earlier release's verdict it provably shares, or
+        its own gate of the rows that run vLLM joined with `own` (`own_rows()`). `environment`: a
+        future of the release's python (made ahead, while earlier releases gate), else made here."""
         previous = self.done(version)
         if previous is not None:
             self.log(f"matrix: vLLM {version}: kept from an earlier run of this commit ({self.path(version)})")
             return previous
         started = time.monotonic()
-        python = releases.environment(version, self.root, log=self.log)
+        python = environment.result() if environment else releases.environment(version, self.root, log=self.log)
         vllm_root = fingerprint.vllm_root_of(python)
         here = {name: segment(version, self.boundaries[name]) for name in self.hotpaths}
-        cells, full, upstream_only, equivalence = {}, [], [], {}
+        cells, gated = {}, []
         with self.lock:  # anchors are read while other releases may be writing theirs
             for name in self.hotpaths:
                 shared = self._shared(name, version, here[name], vllm_root)
                 if shared is not None:
                     cells[name] = shared
-                    continue
-                equivalence[name] = self._equivalence_anchor(name, version, here[name])
-                (upstream_only if equivalence[name] else full).append(name)
+                else:
+                    gated.append(name)
         report, gates = None, []
-        for names, checks in ((full, []), (upstream_only, [c for c in CHECKS if c != "equivalence"])):
-            if not names:
-                continue
-            report, traced = self._gate(version, python, names, checks)
-            gates.append({"hotpaths": names, "checks": checks or "all", "seed": report["seed"],
-                          "verdict": report["verdict"]})
-            for name in names:
+        if gated:
+            report, traced = self._gate(version, python, gated, "vllm")
+            gates.append({"hotpaths": gated, "rows": "vllm", "seed": report["seed"], "verdict": report["verdict"]})
+            for name in gated:
                 rows = [{**r, "fixture": self._relative(r["fixture"])} for r in report["results"] if r["hotpath"] == name]
-                cells[name] = self._own_cell(rows, traced.get(name, []), vllm_root, here[name], equivalence[name])
+                cells[name] = self._own_cell(rows, own["hotpaths"][name], traced.get(name, []), vllm_root, here[name])
         choice = report["runner_choice"] if report else runner_choice.choices(str(python))
         result = {"version": version, "commit": self.commit, "profile": self.profile,
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -222,9 +253,8 @@ class Matrix:
             self.path(version).write_text(json.dumps(result, indent=1) + "\n")
             if self.record_to is not None:
                 self.record(result)
-        ran = ", ".join(full + [f"{n} (equivalence = {equivalence[n]['version']})" for n in upstream_only]) \
-            or "nothing (every hot path shared)"
-        self.log(f"matrix: vLLM {version} done in {result['duration_s']:.0f} s; gated {ran}")
+        self.log(f"matrix: vLLM {version} done in {result['duration_s']:.0f} s; gated "
+                 f"{', '.join(gated) or 'nothing (every hot path shared)'}")
         return result
 
     def _relative(self, path: str | None) -> str | None:
@@ -263,32 +293,17 @@ class Matrix:
                         "shared_with": anchor["version"], "segment": here, "fingerprint": cell["fingerprint"]}
         return None
 
-    def _equivalence_anchor(self, name: str, version: str, here: str) -> dict | None:
-        """The latest earlier release whose gate ran this hot path's equivalence rows (our fast path
-        against our reference: no vLLM code runs in them) in the same suite segment: their verdict
-        holds here, so only the rows that run vLLM need to run."""
-        for anchor in reversed(self.anchors(name, version)):
-            cell = anchor["hotpaths"][name]
-            if (cell["segment"] == here and "equivalence" in cell.get("checks", {})
-                    and cell.get("equivalence_from") is None):
-                return {"version": anchor["version"], "status": cell["checks"]["equivalence"],
-                        "held": cell["checks"]["equivalence"] in ("pass", "expected-divergence"),
-                        "implementations": cell["implementations"]}
-        return None
-
     @staticmethod
-    def _own_cell(rows: list[dict], traced: list, vllm_root: Path, here: str, equivalence: dict | None) -> dict:
+    def _own_cell(rows: list[dict], own: list[dict], traced: list, vllm_root: Path, here: str) -> dict:
+        """The cell of a hot path gated on this release: its rows that run vLLM with `own`, the rows
+        that run no vLLM code (gated once for every release)."""
+        rows = rows + own
         ran = [r for r in rows if r["status"] != "skip"]
         # What `gate --record` asks (testing.gate.record): every row that ran held, skips only
-        # where no GPU was, and conformance ran; the equivalence rows' part comes from the anchor.
+        # where no GPU was, and conformance ran.
         held = (all(r["status"] in ("pass", "expected-divergence") for r in ran)
                 and all(r["device"] == "cuda" for r in rows if r["status"] == "skip")
-                and any(r["check"] == "conformance" for r in ran)
-                and (equivalence is None or equivalence["held"]))
-        implementations = sorted({r["implementation"] for r in ran if r["check"] == "equivalence"})
-        if equivalence:
-            rows = rows + [{"check": "equivalence", "status": equivalence["status"]}]
-            implementations = equivalence["implementations"]
+                and any(r["check"] == "conformance" for r in ran))
         checks = {kind: next(s for s in STATUS_ORDER if s in {r["status"] for r in rows if r["check"] == kind})
                   for kind in {r["check"] for r in rows}}
         functions = [tuple(f) for f in traced]
@@ -296,29 +311,31 @@ class Matrix:
                 "excused": sorted({link for r in rows for link in r.get("excused", [])}),
                 "skip_reasons": sorted({x for r in rows for x in r.get("skip_reasons", []) if "CUDA" not in x}),
                 "fixtures": sorted({r["fixture"] for r in rows if r.get("fixture")}),
-                "rows": len(rows), "shared_with": None, "segment": here, "checks": checks,
-                "held": held, "implementations": implementations,
-                "equivalence_from": equivalence["version"] if equivalence else None,
+                "rows": len(rows), "shared_with": None, "segment": here, "checks": checks, "held": held,
+                "implementations": sorted({r["implementation"] for r in ran if r["check"] == "equivalence"}),
                 "traced": functions, "fingerprint": fingerprint.fingerprint(vllm_root, functions)}
 
-    def _gate(self, version: str, python: Path, hotpaths: list[str], checks: list[str]) -> tuple[dict, dict]:
-        report_dir = self.store / (f"gate-vllm-{version}" + ("-upstream" if checks else ""))
+    def _gate(self, version: str, python: Path, hotpaths: list[str], rows: str) -> tuple[dict, dict]:
+        """`gate --rows ROWS` of `hotpaths` with `python`: the rows that run vLLM (traced, vLLM
+        required) on a release, or the rows that run none ("own")."""
+        report_dir = self.store / ("gate-own-rows" if rows == "own" else f"gate-vllm-{version}")
+        what = "the rows that run no vLLM code" if rows == "own" else f"vLLM {version}"
         with tempfile.TemporaryDirectory() as trace:
-            cmd = [str(python), "-m", "vllm_hotpaths.cli", "gate", "--require-vllm", "--profile", self.profile,
-                   "--suite", str(self.root), "--report-dir", str(report_dir), "--trace-vllm", trace,
+            cmd = [str(python), "-m", "vllm_hotpaths.cli", "gate", "--rows", rows, "--profile", self.profile,
+                   "--suite", str(self.root), "--report-dir", str(report_dir),
                    "--fixture-dir", str(report_dir / "fixtures")]
+            cmd += ["--require-vllm", "--trace-vllm", trace] if rows == "vllm" else []
             cmd += [a for name in hotpaths for a in ("--hotpath", name)]
-            cmd += [a for kind in checks for a in ("--check", kind)]
             cmd += ["-n", self.workers] if self.workers else []
             cmd += ["--seed", str(self.seed)] if self.seed is not None else []
-            self.log(f"matrix: vLLM {version}: gate of {', '.join(hotpaths)}: {' '.join(cmd)}")
+            self.log(f"matrix: {what}: gate of {', '.join(hotpaths)}: {' '.join(cmd)}")
             report_dir.mkdir(parents=True, exist_ok=True)
             output = report_dir / "gate.log"  # (not committed: .gitignore)
             with open(output, "w") as log:
                 subprocess.run(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT)
             report_file = report_dir / "gate-report.json"
             if not report_file.exists():
-                raise releases.ReleaseError(f"the gate of vLLM {version} wrote no report (its output: {output})")
+                raise releases.ReleaseError(f"the gate of {what} wrote no report (its output: {output})")
             return json.loads(report_file.read_text()), fingerprint.traced(Path(trace))
 
 
@@ -367,13 +384,25 @@ def run(args) -> int:
         print(f"matrix: {err}", file=sys.stderr)
         return 2
     try:
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for version, future in [(v, pool.submit(matrix.release, v)) for v in chosen]:
-                try:
-                    finished.append(future.result())
-                except releases.ReleaseError as err:
-                    problems.append(f"vLLM {version}: {err}")
-                    print(f"matrix: vLLM {version}: {err}", flush=True)
+        own = matrix.own_rows()
+        # Environments are made one at a time, in order, while earlier releases gate: pip's
+        # unpacking and the gates' properties overlap.
+        making = ThreadPoolExecutor(1)
+        try:
+            environments = {v: making.submit(releases.environment, v, root, log=matrix.log)
+                            for v in chosen if matrix.done(v) is None}
+            with ThreadPoolExecutor(args.jobs) as pool:
+                for version, future in [(v, pool.submit(matrix.release, v, own, environments.get(v))) for v in chosen]:
+                    try:
+                        finished.append(future.result())
+                    except releases.ReleaseError as err:
+                        problems.append(f"vLLM {version}: {err}")
+                        print(f"matrix: vLLM {version}: {err}", flush=True)
+        finally:
+            making.shutdown(wait=False, cancel_futures=True)
+    except releases.ReleaseError as err:
+        problems.append(str(err))
+        print(f"matrix: {err}", flush=True)
     except KeyboardInterrupt:
         problems.append("interrupted: the releases that finished keep their results; run the same command "
                         "again to go on")
@@ -392,8 +421,6 @@ def cell_text(cell: dict | None) -> str:
     text = cell["status"]
     if cell.get("shared_with"):
         text += f" (= {cell['shared_with']}, {cell['fingerprint']})"
-    elif cell.get("equivalence_from"):
-        text += f" (equivalence = {cell['equivalence_from']})"
     if cell["status"] == "expected-divergence":
         text += " " + " ".join(f"[{i + 1}]({link})" for i, link in enumerate(cell["excused"]))
     if cell["status"] == "skip" and cell.get("skip_reasons"):
@@ -405,18 +432,22 @@ def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: lis
     results = {v: json.loads(matrix.path(v).read_text()) for v in chosen if matrix.path(v).exists()}
     # A resumed matrix takes up the releases an earlier run of this commit finished: their own
     # times are the cost of the page, not this run's.
+    own_file = matrix.store / "own-rows.json"
+    own = json.loads(own_file.read_text()) if own_file.exists() else {}
+    own_s = own.get("duration_s", 0) if own.get("commit") == matrix.commit else 0
     spent = sum(r.get("duration_s", 0) for r in results.values())
     lines = ["# Release matrix", "",
              f"Command: `vllm-hotpaths {command}`; suite commit {matrix.commit}; profile {matrix.profile}; "
              f"{len(results)} of {len(chosen)} releases; the releases' own times sum to {spent:.0f} s "
-             f"({spent / 3600:.1f} h); this run took {duration:.0f} s.", ""]
+             f"({spent / 3600:.1f} h), with {own_s:.0f} s for the rows that run no vLLM code, gated once; "
+             f"this run took {duration:.0f} s.", ""]
     lines += [f"- {p}" for p in problems] + ([""] if problems else [])
     lines += ["A cell is the hot path's verdict on that release (every check and device of its gate rows): "
               "`pass`, `expected-divergence` (the ledger entries that named the differences), `fail`, or "
               "`skip` (what vLLM does there). `(= X, fingerprint)`: the release runs the same vLLM code for "
               "that hot path as release X, in the same suite segment, so X's verdict stands for it. "
-              "`(equivalence = X)`: the rows that run vLLM ran here; the equivalence rows (our fast path "
-              "against our reference, no vLLM code) are X's, in the same suite segment.", ""]
+              "The rows that run no vLLM code (our fast path against our reference) ran once, where no "
+              "vLLM is installed, and are part of every cell.", ""]
     for runner in ("v1", "mrv2"):
         names = [n for n in matrix.hotpaths if registry.get(n).runner == runner]
         if not names:
