@@ -383,23 +383,20 @@ def run(args) -> int:
     except releases.ReleaseError as err:
         print(f"matrix: {err}", file=sys.stderr)
         return 2
+    making = ThreadPoolExecutor(1)
     try:
+        # Environments are made one at a time, in order, from the start: pip's downloads and
+        # unpacking overlap the gates (the rows gated once, then each earlier release's).
+        environments = {v: making.submit(releases.environment, v, root, log=matrix.log)
+                        for v in chosen if matrix.done(v) is None}
         own = matrix.own_rows()
-        # Environments are made one at a time, in order, while earlier releases gate: pip's
-        # unpacking and the gates' properties overlap.
-        making = ThreadPoolExecutor(1)
-        try:
-            environments = {v: making.submit(releases.environment, v, root, log=matrix.log)
-                            for v in chosen if matrix.done(v) is None}
-            with ThreadPoolExecutor(args.jobs) as pool:
-                for version, future in [(v, pool.submit(matrix.release, v, own, environments.get(v))) for v in chosen]:
-                    try:
-                        finished.append(future.result())
-                    except releases.ReleaseError as err:
-                        problems.append(f"vLLM {version}: {err}")
-                        print(f"matrix: vLLM {version}: {err}", flush=True)
-        finally:
-            making.shutdown(wait=False, cancel_futures=True)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for version, future in [(v, pool.submit(matrix.release, v, own, environments.get(v))) for v in chosen]:
+                try:
+                    finished.append(future.result())
+                except releases.ReleaseError as err:
+                    problems.append(f"vLLM {version}: {err}")
+                    print(f"matrix: vLLM {version}: {err}", flush=True)
     except releases.ReleaseError as err:
         problems.append(str(err))
         print(f"matrix: {err}", flush=True)
@@ -407,6 +404,8 @@ def run(args) -> int:
         problems.append("interrupted: the releases that finished keep their results; run the same command "
                         "again to go on")
         print(f"matrix: {problems[-1]}", flush=True)
+    finally:
+        making.shutdown(wait=False, cancel_futures=True)
     page = write_page(matrix, chosen, time.monotonic() - started, problems, " ".join(sys.argv[1:]))
     print(f"matrix: {len(finished)} of {len(chosen)} releases done; page {page}")
     failing = [r["version"] for r in finished if any(c["status"] == "fail" for c in r["hotpaths"].values())]
