@@ -216,13 +216,18 @@ def test_the_rows_that_run_no_vllm_code_run_once_and_join_every_release(monkeypa
     assert len(gates) == 4
 
 
-def test_own_rows_refuse_an_environment_with_vllm(monkeypatch, tmp_path, pytestconfig):
+@pytest.mark.parametrize("report, refusal", [
+    ({"vllm_version": "0.22.0"}, "has vLLM 0.22.0 installed"),
+    ({"vllm_version": None, "partial": True, "problems": ["interrupted"]}, "stopped early: interrupted")])
+def test_own_rows_refuse_an_environment_with_vllm_and_a_partial_gate(monkeypatch, tmp_path, pytestconfig,
+                                                                      report, refusal):
     monkeypatch.setattr(matrix.Matrix, "_gate", lambda *args: ({"results": [], "seed": 1, "verdict": "PASS",
-                                                                "vllm_version": "0.22.0"}, {}))
+                                                                **report}, {}))
     monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0"]})
     table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None)
-    with pytest.raises(releases.ReleaseError, match="has vLLM 0.22.0 installed"):
+    with pytest.raises(releases.ReleaseError, match=refusal):
         table.own_rows()
+    assert not (table.store / "own-rows.json").exists()
 
 
 def test_the_gate_splits_its_rows_into_own_and_vllm_by_their_markers(pytestconfig):

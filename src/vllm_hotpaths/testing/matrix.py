@@ -2,12 +2,12 @@
 
 The rows that run no vLLM code (`gate --rows own`: our fast paths against our references) are
 gated once, in the base environment, where no vLLM is installed. Each release gets its environment
-(testing.releases, made ahead while earlier releases gate) and, per hot path, either a verdict of
-its own (the gate of the rows that run vLLM in that environment, tracing the vLLM functions each
-hot path runs, joined with the rows gated once) or the verdict of an earlier release it provably
-shares: same suite segment (no version that this suite's own code names lies between them, so the
-same references, ledger entries and version branches apply) and the same fingerprint
-(testing.fingerprint) of the functions that release's run traced.
+(testing.releases, made ahead from the start while the gates run) and, per hot path, either a
+verdict of its own (the gate of the rows that run vLLM in that environment, tracing the vLLM
+functions each hot path runs, joined with the rows gated once) or the verdict of an earlier
+release it provably shares: same suite segment (no version that this suite's own code names lies
+between them, so the same references, ledger entries and version branches apply) and the same
+fingerprint (testing.fingerprint) of the functions that release's run traced.
 
 Each release's result is written to `<out>/matrix/vllm-X.Y.Z.json` as soon as it is known, so an
 interrupted matrix keeps what finished and a later run with the same suite commit and profile
@@ -31,7 +31,7 @@ from pathlib import Path
 from vllm_hotpaths import registry
 from vllm_hotpaths.registry import version_key
 from vllm_hotpaths.testing import fingerprint, release_changes, releases, runner_choice
-from vllm_hotpaths.testing.gate import CHECKS, PROFILES
+from vllm_hotpaths.testing.gate import PROFILES
 
 STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
 
@@ -204,6 +204,9 @@ class Matrix:
         if report["vllm_version"] is not None:
             raise releases.ReleaseError(f"the base environment has vLLM {report['vllm_version']} installed: "
                                         "the rows that run no vLLM code must run where none is")
+        if report.get("partial"):  # rows missing: no cell may stand on them
+            raise releases.ReleaseError("the gate of the rows that run no vLLM code stopped early: "
+                                        + "; ".join(report["problems"]))
         result = {"commit": self.commit, "profile": self.profile, "seed": report["seed"],
                   "verdict": report["verdict"], "duration_s": round(time.monotonic() - started, 1),
                   "hotpaths": {name: [{**r, "fixture": self._relative(r["fixture"]), "own": True}
