@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.testing.cases.swap_states import SAMPLINGS
+from vllm_hotpaths.testing.kept_strategies import KEPT
 
 
 # Real vocabulary sizes, in one program of eight with at most three rows: the allowed-id mask's
@@ -48,13 +49,13 @@ def add_ops(header: dict) -> st.SearchStrategy:
     def draw_add(draw):
         # Mostly room left for drafts and tokens; now and then a row at max_model_len, its
         # outputs filling what the prompt leaves (none, when shrunk).
-        at_limit = draw(st.integers(0, 5)) == 0
-        prompt_len = mml - draw(st.integers(0, mml - 1)) if at_limit else draw(st.integers(1, max(1, mml // 2)))
-        output_len = mml - prompt_len if at_limit else draw(st.integers(0, (mml - prompt_len) // 2))
-        return ("add", draw(st.integers(0, 2 * header["max_num_reqs"])), draw(st.integers(0, 2**16)),
-                prompt_len, output_len, draw(st.integers(0, output_len)),
-                draw(st.sampled_from((0, 0, 1, 2))), draw(st.one_of(st.just(0), st.integers(1, v))),
-                draw(st.booleans()), draw(st.integers(0, 2)), draw(st.sampled_from(LORA_IDS)),
-                draw(st.integers(0, len(SAMPLINGS) - 1)))
+        at_limit = draw(KEPT.integers(0, 5)) == 0
+        prompt_len = mml - draw(KEPT.integers(0, mml - 1)) if at_limit else draw(KEPT.integers(1, max(1, mml // 2)))
+        output_len = mml - prompt_len if at_limit else draw(KEPT.integers(0, (mml - prompt_len) // 2))
+        return ("add", draw(KEPT.integers(0, 2 * header["max_num_reqs"])), draw(KEPT.integers(0, 2**16)),
+                prompt_len, output_len, draw(KEPT.integers(0, output_len)),
+                draw(KEPT.sampled_from((0, 0, 1, 2))), draw(KEPT.one_of(KEPT.just(0), KEPT.integers(1, v))),
+                draw(KEPT.booleans()), draw(KEPT.integers(0, 2)), draw(KEPT.sampled_from(LORA_IDS)),
+                draw(KEPT.integers(0, len(SAMPLINGS) - 1)))
 
     return draw_add()

@@ -478,8 +478,9 @@ def machine(generators, make_sides, observer, log: CaseLog, valid_only: bool = F
     hot path's module in `strategies`, one operation at a time), each operation run on the sides
     `make_sides(program)` makes and compared by `observer`; the log keeps the program so far (a
     failure's fixture)."""
-    from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+    from vllm_hotpaths.testing.kept_strategies import KEPT as st  # the rules' strategies, built once each
 
     # Bare names in the class: its source is the seed of a derandomized run (Hypothesis' digest).
     add_ops, programs_header = generators.add_ops, generators.programs_header
