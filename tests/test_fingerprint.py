@@ -1,6 +1,7 @@
 """Fingerprints of the vLLM code a hot path runs: what counts as the same code and what not, and
 the tracer that finds the functions."""
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -95,3 +96,118 @@ def test_the_tracer_notes_the_vllm_functions_a_hot_path_runs_and_not_its_imports
     assert ("model_executor/layers/utils.py", "apply_penalties") in traced["penalties"]
     # vLLM's import-time work (logging set-up, registries) is not what the hot path runs
     assert not [f for f, _ in traced["penalties"] if f in ("logger.py", "envs.py")], traced["penalties"]
+
+
+# -- the tracer, in this process, over a package standing for vLLM -------------------------------
+
+TRACED_OPS = '''
+def from_body(x):
+    return None
+
+def from_draw(x):
+    return x + 1  # (Hypothesis skips mapping a function that returns its argument)
+
+def from_a_later_draw(x):
+    return x + 1
+
+def at_import():
+    return 1
+
+def rare(x):
+    return x + 1
+'''
+IMPORTED_LATE = '''
+from {package}.ops import at_import
+
+VALUE = at_import()
+'''
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """(a Tracer whose "vLLM" is a fresh package, that package's `ops` module)."""
+    import importlib
+
+    package = f"standin_{abs(hash(tmp_path)) % 10**9}"
+    root = tmp_path / package
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "ops.py").write_text(TRACED_OPS)
+    (root / "late.py").write_text(IMPORTED_LATE.format(package=package))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return fingerprint.Tracer(tmp_path / "notes", vllm_dir=str(root) + os.sep), importlib.import_module(f"{package}.ops")
+
+
+def run_given(strategy, body, examples=30):
+    from hypothesis import HealthCheck, given, settings
+
+    settings(max_examples=examples, database=None, derandomize=True,
+             suppress_health_check=list(HealthCheck))(given(strategy)(body))()
+
+
+def test_the_tracer_notes_calls_from_a_test_body_and_from_draws(stand_in):
+    from hypothesis import strategies as st
+
+    tracer, ops = stand_in
+    with tracer.tracing("hp"):
+        run_given(st.integers(0, 3).map(ops.from_draw), ops.from_body)
+    assert {("ops.py", "from_body"), ("ops.py", "from_draw")} <= tracer.found["hp"]
+    assert ("ops.py", "rare") not in tracer.found["hp"]
+    assert tracer.draws_reach_vllm
+    # once a draw has reached "vLLM", every later draw is traced, not only a test's first example's
+    with tracer.tracing("hp2"):
+        run_given(st.integers(0, 3).map(lambda x: ops.from_a_later_draw(x) if x == 3 else x), lambda x: None)
+    assert tracer.found["hp2"] == {("ops.py", "from_a_later_draw")}
+
+
+def test_a_draw_is_traced_in_a_tests_first_example(stand_in):
+    from hypothesis import strategies as st
+
+    tracer, ops = stand_in
+    with tracer.tracing("hp"):
+        run_given(st.just(1).map(ops.rare), lambda x: None)
+    assert tracer.found["hp"] == {("ops.py", "rare")} and tracer.draws_reach_vllm
+
+
+def test_a_function_called_on_import_is_noted_when_called_again(stand_in):
+    import importlib
+
+    tracer, ops = stand_in
+    with tracer.tracing("hp"):
+        importlib.import_module(ops.__name__.replace(".ops", ".late"))
+        assert tracer.found["hp"] == set()
+        ops.at_import()
+    assert tracer.found["hp"] == {("ops.py", "at_import")}
+
+
+def test_hypothesis_own_work_and_later_draws_are_left_untraced(stand_in, monkeypatch):
+    """What makes tracing cheap: the trace function never sees Hypothesis' engine or its choices,
+    nor a draw after a test's first example while no draw has reached vLLM."""
+    from collections import Counter
+
+    from hypothesis import strategies as st
+
+    tracer, ops = stand_in
+    seen, make_note = Counter(), tracer._note_into
+
+    def counting(found):
+        note = make_note(found)
+
+        def counted(frame, event, arg):
+            seen[frame.f_code] += 1
+            return note(frame, event, arg)
+        return counted
+
+    monkeypatch.setattr(tracer, "_note_into", counting)
+    calls = []
+    with tracer.tracing("hp"):
+        run_given(st.lists(st.integers(0, 9)).map(lambda xs: calls.append(xs) or xs), ops.from_body)
+    mapped = [code for code in seen if code.co_name == "<lambda>" and code.co_filename == __file__]
+    assert len(calls) > 10 and [seen[code] for code in mapped] == [1]
+    assert seen[ops.from_body.__code__] == len(calls)
+    internal = {code.co_filename.replace(os.sep, "/").rpartition("/conjecture/")[2] + ":" + code.co_qualname
+                for code in seen if "/hypothesis/internal/conjecture/" in code.co_filename.replace(os.sep, "/")}
+    assert not internal & {"engine.py:ConjectureRunner.test_function", "engine.py:ConjectureRunner.cached_test_function",
+                           "engine.py:ConjectureRunner.generate_new_examples", "data.py:ConjectureData._draw",
+                           "data.py:ConjectureData.start_span", "data.py:ConjectureData.stop_span"}, internal
+    assert not [name for name in internal if name.startswith("providers.py") and ".draw_" in name], internal

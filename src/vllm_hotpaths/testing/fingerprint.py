@@ -5,7 +5,14 @@ property of a hot path that runs vLLM's code runs (marked `needs_vllm` or `needs
 others run without vLLM and are not traced: tracing every property of penalties, swap_states,
 think_budget and logits_copy noted the same functions, in 186 s instead of 113 s), every vLLM
 function that starts is noted by file and qualified name (`v1/sample/ops/penalties.py`,
-`apply_all_penalties`); Triton kernels run interpreted on CPU, so they are noted too. Each process writes its notes to DIR; `traced(DIR)` merges them.
+`apply_all_penalties`); Triton kernels run interpreted on CPU, so they are noted too. Each process
+writes its notes to DIR; `traced(DIR)` merges them.
+
+The trace function runs on every Python call, so what runs no code of the suite's or vLLM's runs
+without it: Hypothesis' engine between examples and the choices under each draw. So do the draws
+themselves (strategies build data; none calls vLLM), except in each test's first example: a draw
+that reaches vLLM there is noted, and every later draw is traced. A strategy that reached vLLM only
+after its test's first example, in a process where no draw had before, would go unnoted.
 
 Calls made while a module is imported are left out: they run once, whatever the inputs, and what
 they bind is covered where a noted function reads it.
@@ -28,7 +35,8 @@ import json
 import os
 import sys
 import threading
-from functools import lru_cache
+from contextlib import contextmanager
+from functools import lru_cache, wraps
 from pathlib import Path
 
 import pytest
@@ -45,23 +53,57 @@ def pytest_addoption(parser):
 
 
 class Tracer:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, vllm_dir: str | None = None) -> None:
         self.folder = folder
         self.found: dict[str, set[tuple[str, str]]] = {}
-        self.seen: dict[object, tuple[str, str] | None] = {}
-        self.current: set[tuple[str, str]] | None = None
-        self.vllm_dir: str | None = None
+        self.keys: dict[object, tuple[str, str] | None] = {}  # code -> its key, None if not vLLM's
+        self.draws_reach_vllm = False  # a strategy's draw started a vLLM function
+        self.vllm_dir = vllm_dir
 
-    def _note(self, frame, event, arg):
-        code = frame.f_code
-        if code not in self.seen:
-            name = code.co_filename
-            self.seen[code] = (_key(name, self.vllm_dir, code)
-                               if name.startswith(self.vllm_dir) and code.co_flags & _CO_NEWLOCALS else None)
-        key = self.seen[code]
-        if key is not None and self.current is not None and key not in self.current and not _importing(frame):
-            self.current.add(key)
-        return None  # no line events
+    def _note_into(self, found: set[tuple[str, str]]):
+        """A trace function adding to `found` each vLLM function that starts. It runs on every call
+        the test makes, so a code it has nothing more to learn from is answered by one lookup."""
+        keys, vllm_dir, quiet = self.keys, self.vllm_dir, set()
+
+        def note(frame, event, arg):
+            code = frame.f_code
+            if code in quiet:
+                return None
+            key = keys.get(code, _UNSEEN)
+            if key is _UNSEEN:
+                name = code.co_filename
+                key = keys[code] = (_key(name, vllm_dir, code)
+                                    if name.startswith(vllm_dir) and code.co_flags & _CO_NEWLOCALS else None)
+            if key is None or key in found:
+                quiet.add(code)
+            elif not _importing(frame):  # called again later, it is noted then
+                found.add(key)
+                quiet.add(code)
+            return None  # no line events
+
+        return note
+
+    @contextmanager
+    def tracing(self, hotpath: str):
+        """Note into `hotpath` the vLLM functions that start in this block, in any thread, Hypothesis'
+        own work apart (`_hypothesis_untraced`)."""
+        found, reached = self.found.setdefault(hotpath, set()), set()
+        note, from_draws = self._note_into(found), self._note_into(reached)
+        first_example = [True]
+
+        def draw_trace():
+            return from_draws if first_example[0] or reached or self.draws_reach_vllm else None
+
+        with _hypothesis_untraced(note, draw_trace, first_example):
+            sys.settrace(note)
+            threading.settrace(note)
+            try:
+                yield
+            finally:
+                sys.settrace(None)
+                threading.settrace(None)
+                found |= reached
+                self.draws_reach_vllm |= bool(reached)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
@@ -69,15 +111,8 @@ class Tracer:
         runs_vllm = item.get_closest_marker("needs_vllm") or item.get_closest_marker("needs_vllm_ops")
         if marker is None or not runs_vllm or self._vllm() is None:
             return (yield)
-        self.current = self.found.setdefault(marker.args[0], set())
-        sys.settrace(self._note)
-        threading.settrace(self._note)
-        try:
+        with self.tracing(marker.args[0]):
             return (yield)
-        finally:
-            sys.settrace(None)
-            threading.settrace(None)
-            self.current = None
 
     def _vllm(self) -> str | None:
         """The installed vLLM package's folder (found without importing it), or None."""
@@ -93,6 +128,69 @@ class Tracer:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / f"traced-{worker}-{os.getpid()}.json").write_text(
             json.dumps({h: sorted(found) for h, found in self.found.items()}, indent=0) + "\n")
+
+
+_UNSEEN = object()
+
+# Hypothesis' own work, which runs no code of the suite's or vLLM's: its engine between examples,
+# and the choices and spans under every draw. About half of a traced row's calls were there, and
+# the tracer costs per call. A test's own code runs in `execute_once`, inside the engine.
+_ENGINE = ("hypothesis.internal.conjecture.engine", "ConjectureRunner", "run")
+_CHOICES = [("hypothesis.internal.conjecture.data", "ConjectureData", name)
+            for name in ("_draw", "start_span", "stop_span")]
+_EXAMPLE = ("hypothesis.core", "StateForActualGivenExecution", "execute_once")
+# A draw: a strategy building a test's data from Hypothesis, numpy, torch and the suite's cases;
+# none calls vLLM. Untraced, except in each test's first example: a draw that reaches vLLM there
+# is noted, and from then on every draw is traced.
+_DRAW = ("hypothesis.internal.conjecture.data", "ConjectureData", "draw")
+
+
+@contextmanager
+def _hypothesis_untraced(note, draw_trace, first_example: list[bool]):
+    """Hypothesis' engine and choices run without a trace function, each example with `note`, each
+    draw with `draw_trace()`. Where Hypothesis lacks one of these methods nothing is changed:
+    everything is traced, only slower."""
+    import importlib
+
+    traces = {_ENGINE: lambda: None, **{where: lambda: None for where in _CHOICES},
+              _EXAMPLE: lambda: note, _DRAW: draw_trace}
+    try:
+        originals = [(where, getattr(importlib.import_module(where[0]), where[1])) for where in traces]
+        originals = [(cls, where, cls.__dict__[where[2]]) for where, cls in originals]
+    except (ImportError, AttributeError, KeyError):
+        yield
+        return
+
+    def example_ran():
+        first_example[0] = False
+
+    for cls, where, function in originals:
+        setattr(cls, where[2], _with_trace(function, traces[where], after=example_ran if where == _EXAMPLE else None))
+    try:
+        yield
+    finally:
+        for cls, where, function in originals:
+            setattr(cls, where[2], function)
+
+
+def _with_trace(function, trace, after=None):
+    """`function` run with `trace()` as the trace function (None: untraced), then `after()`."""
+    @wraps(function)
+    def run(*args, **kwargs):
+        before, wanted = sys.gettrace(), trace()
+        try:
+            if before is wanted:
+                return function(*args, **kwargs)
+            sys.settrace(wanted)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                sys.settrace(before)
+        finally:
+            if after is not None:
+                after()
+
+    return run
 
 
 def _importing(frame) -> bool:
