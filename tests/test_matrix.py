@@ -80,6 +80,62 @@ def test_an_interrupted_matrix_keeps_the_releases_that_finished(monkeypatch, tmp
     assert "the releases' own times sum to 30 s" in page
 
 
+FAKE_GATE = """
+import signal, sys, time
+from pathlib import Path
+
+report = Path(sys.argv[sys.argv.index("--report-dir") + 1])
+report.mkdir(parents=True, exist_ok=True)
+
+
+def stop(signum, frame):
+    (report / "gate-report.json").write_text('{"partial": true}')
+    sys.exit(130)
+
+
+signal.signal(signal.SIGINT, stop)
+with open(report.parent / "started", "a") as started:
+    started.write(report.name + "\\n")
+time.sleep(20)
+"""
+
+
+def test_a_cancelled_matrix_stops_its_running_gate_and_starts_no_other(monkeypatch, tmp_path, pytestconfig, capsys):
+    import os
+    import signal
+    import threading
+    import time
+
+    python = tmp_path / "python"  # a gate that runs until it is interrupted, then writes its partial report
+    python.write_text(f"#!{sys.executable}\n{FAKE_GATE}")
+    python.chmod(0o755)
+    monkeypatch.setattr(matrix.Matrix, "own_rows", lambda self: {"hotpaths": {}})
+    monkeypatch.setattr(matrix.Matrix, "_shared", lambda self, *args: None)
+    monkeypatch.setattr(fingerprint, "vllm_root_of", lambda python: python)
+    monkeypatch.setattr(releases, "environment", lambda version, root, log=None: python)
+    monkeypatch.setattr(releases, "index_releases", lambda: INDEX)
+    monkeypatch.setattr(releases, "make_base", lambda root, base: None)
+    store = tmp_path / "out" / "matrix"
+
+    def cancel():  # as CI cancels a job, once the first gate runs
+        while not (store / "started").exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=cancel, daemon=True).start()
+    from vllm_hotpaths import cli
+
+    began = time.monotonic()
+    code = cli.main(["matrix", "0.22.0..0.22.1", "--hotpath", "penalties", "--out", str(tmp_path / "out"),
+                     "--suite", str(pytestconfig.rootpath)])
+    assert code == 1 and time.monotonic() - began < 15
+    assert (store / "started").read_text() == "gate-vllm-0.22.0\n"  # 0.22.1's gate never started
+    assert json.loads((store / "gate-vllm-0.22.0" / "gate-report.json").read_text()) == {"partial": True}
+    assert not (store / "vllm-0.22.0.json").exists()
+    assert f"a gate stopped, its partial report in {store / 'gate-vllm-0.22.0'}" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) is not matrix.gate.interrupted
+
+
 def test_a_matrix_of_a_version_that_is_not_a_release_says_so(monkeypatch, capsys, pytestconfig):
     monkeypatch.setattr(releases, "index_releases", lambda: INDEX)
     from vllm_hotpaths import cli

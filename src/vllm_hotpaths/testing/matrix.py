@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,10 +31,14 @@ from pathlib import Path
 
 from vllm_hotpaths import registry
 from vllm_hotpaths.registry import version_key
-from vllm_hotpaths.testing import fingerprint, release_changes, releases, runner_choice
+from vllm_hotpaths.testing import fingerprint, gate, release_changes, releases, runner_choice
 from vllm_hotpaths.testing.gate import PROFILES
 
 STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
+
+
+class Interrupted(Exception):
+    """A gate stopped by `Matrix.stop`: its release has no result."""
 
 
 VERSION_LITERAL = re.compile(r"""["'](\d+\.\d+\.\d+)["']""")
@@ -161,6 +166,29 @@ class Matrix:
         self.commit = commit_of(root)
         self.boundaries = suite_boundaries(root)
         self.lock = threading.Lock()
+        self.gates: dict[subprocess.Popen, Path] = {}  # the gates running now -> their report folder
+        self.stopping, self.stopped = False, []
+
+    def stop(self, grace_s: float = 300) -> None:
+        """Interrupt the running gates as Ctrl-C in a terminal would (each writes its partial report
+        into the folder kept in `self.stopped`) and wait for them; one still running after `grace_s`
+        is killed. No gate starts after this."""
+        with self.lock:
+            self.stopping = True
+            running = dict(self.gates)
+            self.gates.clear()
+            self.stopped += running.values()
+        for child in running:
+            try:
+                os.killpg(child.pid, signal.SIGINT)
+            except ProcessLookupError:  # it has just finished
+                pass
+        for child in running:
+            try:
+                child.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
 
     def path(self, version: str) -> Path:
         return self.store / f"vllm-{version}.json"
@@ -334,8 +362,22 @@ class Matrix:
             self.log(f"matrix: {what}: gate of {', '.join(hotpaths)}: {' '.join(cmd)}")
             report_dir.mkdir(parents=True, exist_ok=True)
             output = report_dir / "gate.log"  # (not committed: .gitignore)
-            with open(output, "w") as log:
-                subprocess.run(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT)
+            with open(output, "w") as log, self.lock:
+                if self.stopping:
+                    raise Interrupted(f"the matrix was interrupted before the gate of {what}")
+                # its own session: an interruption reaches it once, from `stop`
+                child = subprocess.Popen(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+                self.gates[child] = report_dir
+            try:
+                child.wait()
+            except BaseException:  # Ctrl-C while this thread waits (the rows gated once run in the main one)
+                self.stop()
+                raise
+            with self.lock:
+                self.gates.pop(child, None)
+            if self.stopping:
+                raise Interrupted(f"the gate of {what} was interrupted (its partial report: {report_dir})")
             report_file = report_dir / "gate-report.json"
             if not report_file.exists():
                 raise releases.ReleaseError(f"the gate of {what} wrote no report (its output: {output})")
@@ -386,29 +428,34 @@ def run(args) -> int:
     except releases.ReleaseError as err:
         print(f"matrix: {err}", file=sys.stderr)
         return 2
-    making = ThreadPoolExecutor(1)
+    making, pool = ThreadPoolExecutor(1), ThreadPoolExecutor(args.jobs)
+    # a cancelled CI job stops as Ctrl-C does: the running gates write their partial reports
+    sigterm = signal.signal(signal.SIGTERM, gate.interrupted)
     try:
         # Environments are made one at a time, in order, from the start: pip's downloads and
         # unpacking overlap the gates (the rows gated once, then each earlier release's).
         environments = {v: making.submit(releases.environment, v, root, log=matrix.log)
                         for v in chosen if matrix.done(v) is None}
         own = matrix.own_rows()
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for version, future in [(v, pool.submit(matrix.release, v, own, environments.get(v))) for v in chosen]:
-                try:
-                    finished.append(future.result())
-                except releases.ReleaseError as err:
-                    problems.append(f"vLLM {version}: {err}")
-                    print(f"matrix: vLLM {version}: {err}", flush=True)
+        for version, future in [(v, pool.submit(matrix.release, v, own, environments.get(v))) for v in chosen]:
+            try:
+                finished.append(future.result())
+            except releases.ReleaseError as err:
+                problems.append(f"vLLM {version}: {err}")
+                print(f"matrix: vLLM {version}: {err}", flush=True)
     except releases.ReleaseError as err:
         problems.append(str(err))
         print(f"matrix: {err}", flush=True)
     except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)  # no release starts after this
+        matrix.stop()
         problems.append("interrupted: the releases that finished keep their results; run the same command "
-                        "again to go on")
+                        "again to go on" + "".join(f"; a gate stopped, its partial report in {d}" for d in matrix.stopped))
         print(f"matrix: {problems[-1]}", flush=True)
     finally:
+        pool.shutdown(wait=False, cancel_futures=True)
         making.shutdown(wait=False, cancel_futures=True)
+        signal.signal(signal.SIGTERM, sigterm)
     page = write_page(matrix, chosen, time.monotonic() - started, problems, " ".join(sys.argv[1:]))
     print(f"matrix: {len(finished)} of {len(chosen)} releases done; page {page}")
     failing = [r["version"] for r in finished if any(c["status"] == "fail" for c in r["hotpaths"].values())]
