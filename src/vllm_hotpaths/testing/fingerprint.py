@@ -133,8 +133,9 @@ class Tracer:
 _UNSEEN = object()
 
 # Hypothesis' own work, which runs no code of the suite's or vLLM's: its engine between examples,
-# and the choices and spans under every draw. About half of a traced row's calls were there, and
-# the tracer costs per call. A test's own code runs in `execute_once`, inside the engine.
+# and the choices and spans under every draw. More than half of a traced row's calls were there
+# (61% of swap_states' InputBatch row), and the tracer costs per call. A test's own code runs in
+# `execute_once`, inside the engine.
 _ENGINE = ("hypothesis.internal.conjecture.engine", "ConjectureRunner", "run")
 _CHOICES = [("hypothesis.internal.conjecture.data", "ConjectureData", name)
             for name in ("_draw", "start_span", "stop_span")]
