@@ -123,6 +123,46 @@ VALUE = at_import()
 '''
 
 
+KERNELS = '''
+import torch
+import triton
+import triton.language as tl
+
+def helper_of_constexpr(n):
+    return n
+
+@triton.constexpr_function
+def block(n):
+    return helper_of_constexpr(n)
+
+@triton.jit
+def add_one(x):
+    return x + 1
+
+@triton.jit
+def larger(a, b):
+    return tl.maximum(a, b)
+
+@triton.jit
+def unused(x):
+    return x
+
+@triton.jit
+def kernel(out_ptr, in_ptr, N: tl.constexpr):
+    offs = tl.arange(0, block(N))
+    y = add_one(tl.load(in_ptr + offs))
+    tl.store(out_ptr + offs, y + tl.reduce(y, 0, larger))
+
+def launch(x, programs=1):
+    out = torch.empty_like(x)
+    kernel[(programs,)](out, x, N=x.numel())
+    return after_launch(out)
+
+def after_launch(out):
+    return out
+'''
+
+
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
     """(a Tracer whose "vLLM" is a fresh package, that package's `ops` module)."""
@@ -134,6 +174,7 @@ def stand_in(tmp_path, monkeypatch):
     (root / "__init__.py").write_text("")
     (root / "ops.py").write_text(TRACED_OPS)
     (root / "late.py").write_text(IMPORTED_LATE.format(package=package))
+    (root / "kernels.py").write_text(KERNELS)
     monkeypatch.syspath_prepend(str(tmp_path))
     return fingerprint.Tracer(tmp_path / "notes", vllm_dir=str(root) + os.sep), importlib.import_module(f"{package}.ops")
 
@@ -211,3 +252,51 @@ def test_hypothesis_own_work_and_later_draws_are_left_untraced(stand_in, monkeyp
                            "engine.py:ConjectureRunner.generate_new_examples", "data.py:ConjectureData._draw",
                            "data.py:ConjectureData.start_span", "data.py:ConjectureData.stop_span"}, internal
     assert not [name for name in internal if name.startswith("providers.py") and ".draw_" in name], internal
+
+
+@pytest.fixture
+def interpreted_kernels(stand_in, monkeypatch):
+    """(the stand-in's Tracer, its `kernels` module with Triton's interpreter running them)."""
+    import importlib
+
+    triton = pytest.importorskip("triton")
+    monkeypatch.setattr(triton.knobs.runtime, "interpret", True)
+    tracer, ops = stand_in
+    return tracer, importlib.import_module(ops.__name__.replace(".ops", ".kernels"))
+
+
+def test_a_kernel_launch_notes_what_full_tracing_notes_without_tracing_the_interpreter(interpreted_kernels, monkeypatch):
+    """The kernel, its device function, its reduction's combine function and a constexpr function
+    with what it calls, as tracing every call notes them; the interpreter's calls for each program
+    unseen."""
+    import torch
+    from collections import Counter
+    from contextlib import nullcontext
+
+    tracer, kernels = interpreted_kernels
+    x = torch.arange(4, dtype=torch.float32)
+    assert torch.equal(kernels.launch(x), x + 1 + 4)  # (the kernel rewritten once, untraced)
+    seen, make_note = Counter(), tracer._note_into
+
+    def counting(found):
+        note = make_note(found)
+
+        def counted(frame, event, arg):
+            if frame.f_code.co_filename.replace(os.sep, "/").endswith("triton/runtime/interpreter.py"):
+                seen[programs] += 1
+            return note(frame, event, arg)
+        counted.started = note.started
+        return counted
+
+    monkeypatch.setattr(tracer, "_note_into", counting)
+    for programs in (1, 8):
+        with tracer.tracing(f"launch of {programs}"):
+            kernels.launch(x, programs)
+    assert 0 < seen[1] == seen[8], seen  # the launch's set-up only
+    monkeypatch.setattr(fingerprint, "_interpreter_untraced", nullcontext)
+    with tracer.tracing("every call"):
+        kernels.launch(x, 8)
+    expected = {("kernels.py", name) for name in ("launch", "kernel", "add_one", "larger", "block", "helper_of_constexpr",
+                                               "after_launch")}
+    assert tracer.found["every call"] == expected
+    assert tracer.found["launch of 1"] == tracer.found["launch of 8"] == expected

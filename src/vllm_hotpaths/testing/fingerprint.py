@@ -12,7 +12,11 @@ The trace function runs on every Python call, so what runs no code of the suite'
 without it: Hypothesis' engine between examples and the choices under each draw. So do the draws
 themselves (strategies build data; none calls vLLM), except in each test's first example: a draw
 that reaches vLLM there is noted, and every later draw is traced. A strategy that reached vLLM only
-after its test's first example, in a process where no draw had before, would go unnoted.
+after its test's first example, in a process where no draw had before, would go unnoted. So do the
+programs of an interpreted kernel launch (Triton's interpreter runs each operation of each program
+as calls of its own); what of vLLM's starts in them is noted through the interpreter's own entry
+points: the kernel, the device functions it calls, a reduction's or scan's combine function, and a
+constexpr function, which runs traced.
 
 Calls made while a module is imported are left out: they run once, whatever the inputs, and what
 they bind is covered where a noted function reads it.
@@ -67,8 +71,11 @@ class Tracer:
 
         def note(frame, event, arg):
             code = frame.f_code
-            if code in quiet:
-                return None
+            if code not in quiet:
+                started(code, frame)
+            return None  # no line events
+
+        def started(code, frame):
             key = keys.get(code, _UNSEEN)
             if key is _UNSEEN:
                 name = code.co_filename
@@ -79,8 +86,8 @@ class Tracer:
             elif not _importing(frame):  # called again later, it is noted then
                 found.add(key)
                 quiet.add(code)
-            return None  # no line events
 
+        note.started = started  # for a function that starts while no trace function runs
         return note
 
     @contextmanager
@@ -94,7 +101,7 @@ class Tracer:
         def draw_trace():
             return from_draws if first_example[0] or reached or self.draws_reach_vllm else None
 
-        with _hypothesis_untraced(note, draw_trace, first_example):
+        with _hypothesis_untraced(note, draw_trace, first_example), _interpreter_untraced():
             sys.settrace(note)
             threading.settrace(note)
             try:
@@ -151,27 +158,105 @@ def _hypothesis_untraced(note, draw_trace, first_example: list[bool]):
     """Hypothesis' engine and choices run without a trace function, each example with `note`, each
     draw with `draw_trace()`. Where Hypothesis lacks one of these methods nothing is changed:
     everything is traced, only slower."""
-    import importlib
-
-    traces = {_ENGINE: lambda: None, **{where: lambda: None for where in _CHOICES},
-              _EXAMPLE: lambda: note, _DRAW: draw_trace}
-    try:
-        originals = [(where, getattr(importlib.import_module(where[0]), where[1])) for where in traces]
-        originals = [(cls, where, cls.__dict__[where[2]]) for where, cls in originals]
-    except (ImportError, AttributeError, KeyError):
-        yield
-        return
-
     def example_ran():
         first_example[0] = False
 
-    for cls, where, function in originals:
-        setattr(cls, where[2], _with_trace(function, traces[where], after=example_ran if where == _EXAMPLE else None))
+    wrappers = {_ENGINE: lambda f: _with_trace(f, lambda: None),
+                **{where: lambda f: _with_trace(f, lambda: None) for where in _CHOICES},
+                _EXAMPLE: lambda f: _with_trace(f, lambda: note, after=example_ran),
+                _DRAW: lambda f: _with_trace(f, draw_trace)}
+    with _patched(wrappers):
+        yield
+
+
+# Triton's interpreter, which runs a kernel's every operation for every program as Python calls of
+# its own: 91% of a traced logits_copy conformance row's time was there. A launch runs its programs
+# untraced (from the first program's `set_grid_idx`: its grid function and hooks stay traced); the
+# vLLM functions that run in them are noted as they start: the kernel, the device functions it
+# calls, the combine function of a reduction or scan, and a constexpr function, which runs traced
+# (it is plain Python and may call anything).
+_LAUNCH = ("triton.runtime.interpreter", "GridExecutor", "__call__")
+_PROGRAM = ("triton.runtime.interpreter", "InterpreterBuilder", "set_grid_idx")
+_DEVICE_CALL = ("triton.runtime.interpreter", "InterpretedFunction", "__call__")
+_COMBINE = ("triton.runtime.interpreter", "ReduceScanOpInterface", "apply")
+_CONSTEXPR_CALL = ("triton.runtime.jit", "ConstexprFunction", "__call__")
+
+
+@contextmanager
+def _interpreter_untraced():
+    """A kernel launched under a trace function runs its programs without one; the vLLM functions
+    that start in them are noted through that trace function's `started`."""
+    launches = []  # the trace function of each launch under way, innermost last
+
+    def launch(original):
+        def run(self, *args, **kwargs):
+            trace = sys.gettrace()
+            if getattr(trace, "started", None) is None:
+                return original(self, *args, **kwargs)
+            trace.started(self.fn.__code__, sys._getframe())
+            launches.append(trace)
+            try:
+                return original(self, *args, **kwargs)  # its grid and hooks traced, its programs not
+            finally:
+                launches.pop()
+                sys.settrace(trace)
+        return run
+
+    def program(original):
+        def run(self, *args, **kwargs):
+            if launches:
+                sys.settrace(None)
+            return original(self, *args, **kwargs)
+        return run
+
+    def noting(code_of, original):
+        def run(self, *args, **kwargs):
+            code = code_of(self) if launches else None
+            if code is not None:
+                launches[-1].started(code, sys._getframe())
+            return original(self, *args, **kwargs)
+        return run
+
+    def traced(original):
+        def run(self, *args, **kwargs):
+            if not launches:
+                return original(self, *args, **kwargs)
+            before = sys.gettrace()
+            sys.settrace(launches[-1])
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                sys.settrace(before)
+        return run
+
+    wrappers = {_LAUNCH: launch, _PROGRAM: program,
+                _DEVICE_CALL: lambda original: noting(lambda f: f.rewrite().__code__, original),
+                _COMBINE: lambda original: noting(lambda op: getattr(getattr(op.combine_fn, "fn", None), "__code__", None),
+                                                  original),
+                _CONSTEXPR_CALL: traced}
+    with _patched(wrappers):
+        yield
+
+
+@contextmanager
+def _patched(wrappers: dict):
+    """Each (module, class, method) replaced by `wrapper(method)` in this block; where one is
+    missing, none is."""
+    import importlib
+
+    try:
+        originals = [(where, importlib.import_module(where[0]).__dict__[where[1]].__dict__[where[2]])
+                     for where in wrappers]
+    except (ImportError, KeyError):
+        yield
+        return
+    for (module, cls, name), function in originals:
+        setattr(importlib.import_module(module).__dict__[cls], name, wraps(function)(wrappers[module, cls, name](function)))
     try:
         yield
     finally:
-        for cls, where, function in originals:
-            setattr(cls, where[2], function)
+        for (module, cls, name), function in originals:
+            setattr(importlib.import_module(module).__dict__[cls], name, function)
 
 
 def _with_trace(function, trace, after=None):
