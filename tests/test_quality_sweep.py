@@ -4,6 +4,7 @@ only when a comparison fails, and a correct candidate is never counted."""
 import dataclasses
 
 import pytest
+import torch
 
 from properties.quality import sweep
 from properties.quality.runs import planted_runs
@@ -34,3 +35,12 @@ def test_an_unknown_hot_path_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_:
         sweep.main(["--hotpath", "no_such_hotpath"])
     assert exit_.value.code == 2 and "no planted bugs for ['no_such_hotpath']" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine whose cuda rows skip")
+def test_a_bug_whose_tests_all_skip_is_listed_as_skipped_not_missed(monkeypatch, capsys):
+    # every cuda row skips without a GPU, as a conformance bug's rows do without vLLM
+    on_cuda = dataclasses.replace(penalties_run(), keyword="penalties and cuda")
+    monkeypatch.setattr(sweep, "planted_runs", lambda: [on_cuda])
+    assert sweep.main(["--seeds", "1", "-n", "1"]) == 0
+    assert f"{on_cuda.name}: skipped (every selected test skipped on every seed" in capsys.readouterr().out

@@ -6,8 +6,8 @@ AssertionError, never an error on the way).
 
 prints one line per planted bug (caught k of n, the seeds that missed, the slowest run) and exits
 1 when a bug is caught by fewer than `--at-least` seeds (default 8 in 10) and is not listed in its
-module's `CAUGHT_BY_FIXTURE`. Bugs the installed vLLM cannot run (a hot path it lacks) are listed
-as skipped. docs/quality.md records a run.
+module's `CAUGHT_BY_FIXTURE`. Bugs the installed vLLM cannot run (a hot path it lacks, or none
+installed where every test the bug selects needs vLLM) are listed as skipped. docs/quality.md records a run.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 from properties.quality.runs import PlantedRun, failure_types, planted_runs
 
 ROOT = Path(__file__).resolve().parents[2]
+ALL_SKIPPED = "every selected test skipped (the installed vLLM lacks what it needs?)"
 
 
 def caught(run: PlantedRun, seed: int, profile: str = "ci", one_thread: bool = False) -> tuple[bool, float, str]:
@@ -50,7 +51,7 @@ def caught(run: PlantedRun, seed: int, profile: str = "ci", one_thread: bool = F
         if result.returncode == 0 and ran:
             return False, seconds, ""
         if result.returncode == 0:
-            return False, seconds, "every selected test skipped (the installed vLLM lacks what it needs?)"
+            return False, seconds, ALL_SKIPPED
         return False, seconds, f"exit {result.returncode}, failures {failures}: {result.stdout[-400:]!r}"
 
 
@@ -91,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.name}: skipped ({skipped[run.name]})")
             continue
         rows = by_run[run.name]
+        if all(note == ALL_SKIPPED for *_, note in rows):  # nothing ran: no power measured, none lost
+            print(f"{run.name}: skipped (every selected test skipped on every seed: the installed vLLM "
+                  "lacks what it needs)")
+            continue
         hits = [seed for seed, ok, _, _ in rows if ok]
         missed = [seed for seed, ok, _, _ in rows if not ok]
         odd = [f"seed {seed}: {note}" for seed, _, _, note in rows if note]

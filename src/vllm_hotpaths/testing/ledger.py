@@ -627,6 +627,11 @@ def _nan_or_inf(rows) -> bool:
     return any(bool((r.isnan() | (r == math.inf)).any()) for r in rows)
 
 
+def _all_minus_inf(rows) -> bool:
+    """A position whose logits are all -inf: every token masked."""
+    return any(bool((r == -math.inf).all(-1).any()) for r in rows)
+
+
 MRV2_GUMBEL = "https://github.com/vllm-project/vllm/blob/v0.22.0/vllm/v1/worker/gpu/sample/gumbel.py"
 
 
@@ -643,6 +648,14 @@ LEDGER += [
                 "lane and its block max returns the NaN or +inf lane; v1's softmax turns the whole row into "
                 "NaN probabilities, and its argmax returns lane 0 (or the lowest lane of its contest)",
         affects=lambda case: _nan_or_inf(_request_rows(case, greedy=False))),
+    _rejection_runner_change(
+        f"{MRV2_GUMBEL}#L133-L138",
+        summary="a random request whose target logits are all -inf at a position (every token masked): no "
+                "token can be sampled there, v1's softmax turns the row into NaN probabilities and Model "
+                "Runner V2 adds Gumbel noise to -inf lanes, and the two return different ids (a rejected "
+                "draft's recovered token: lane 0 from Model Runner V2, the draft's own lane from v1 in the "
+                "committed two-token case)",
+        affects=lambda case: _all_minus_inf(_request_rows(case, greedy=False))),
     _rejection_runner_change(
         f"{MRV2_REJECTION_028}#L902-L910",
         summary="a NaN target logit in a greedy request over more than one 1024-lane block, from 0.28: Model "
