@@ -7,7 +7,8 @@ AssertionError, never an error on the way).
 prints one line per planted bug (caught k of n, the seeds that missed, the slowest run) and exits
 1 when a bug is caught by fewer than `--at-least` seeds (default 8 in 10) and is not listed in its
 module's `CAUGHT_BY_FIXTURE`. Bugs the installed vLLM cannot run (a hot path it lacks, or none
-installed where every test the bug selects needs vLLM) are listed as skipped. docs/quality.md records a run.
+installed where every test the bug selects needs vLLM) are listed as skipped. docs/quality.md
+records a run.
 """
 
 from __future__ import annotations
