@@ -29,6 +29,10 @@
 #            "sweep": `python -m properties.quality.sweep` on the machine's CPU cores (SEEDS seeds,
 #            default 10; WORKERS runs at once) for HOTPATHS, the hot paths whose laws need no vLLM
 #            (default penalties swap_states think_budget recovered_tokens); $OUT/sweep.{txt,json}
+#            "throughput": `vllm-hotpaths throughput` (whole generate calls, upstream and the plugin
+#            taking turns, vLLM's default engine settings) with THROUGHPUT_ARGS, in $OUT/throughput;
+#            with --profile among them, the decode profile's tables in $OUT/throughput/profile.md
+#            (py-spy from the staged site, ci/gpu/stage-vllm.sh)
 #            "interpreter": the tests of what this project changes in Triton's interpreter, run
 #            under this image's Triton
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
@@ -144,6 +148,19 @@ if [[ " $PARTS " == *" sampler-e2e "* ]]; then
   python ci/gpu/sampler-e2e.py ${SAMPLER_E2E_ARGS:-} --json "$OUT/sampler-e2e.json" || e2e_rc=1
   python ci/gpu/sampler-e2e.py ${SAMPLER_E2E_ARGS:-} --tables compact --compare "$OUT/sampler-e2e.json" \
     --json "$OUT/sampler-e2e-compact.json" || e2e_rc=1
+fi
+if [[ " $PARTS " == *" throughput "* ]]; then
+  site=$(python -c "import vllm, pathlib; print(pathlib.Path(vllm.__file__).parents[1])")
+  PATH="$site/bin:$PATH" python -m vllm_hotpaths.cli throughput --attention TRITON_ATTN ${THROUGHPUT_ARGS:-} \
+    --out "$OUT/throughput" || e2e_rc=1
+  if [[ -d "$OUT/throughput/profile" ]]; then
+    python -m vllm_hotpaths.testing.decode_profile "$OUT/throughput" --json "$OUT/throughput/profile.json" \
+      > "$OUT/throughput/profile.md" || e2e_rc=1
+    # the raw samples and traces as one file (a run hands back few files)
+    tar -C "$OUT/throughput" -czf "$OUT/throughput/profile-raw.tar.gz" profile torch && rm -rf "$OUT/throughput/profile" \
+      "$OUT/throughput/torch"
+  fi
+  rm -f "$OUT"/throughput/*/stop "$OUT"/throughput/*/spec.json
 fi
 echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc, sampler-e2e exit $e2e_rc"
 bench_rc=$(( bench_rc > e2e_rc ? bench_rc : e2e_rc ))

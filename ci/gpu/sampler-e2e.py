@@ -45,9 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
-QWEN3_06B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                 architectures=["Qwen3ForCausalLM"], torch_dtype="bfloat16")
+from vllm_hotpaths.testing.throughput import KV_BYTES_PER_TOKEN, QWEN3_06B  # Qwen3-0.6B's shape
+
 PROMPT_LEN = 16
 KINDS = {"no penalty": {}, "presence 1.5": {"presence_penalty": 1.5}}
 
@@ -144,8 +143,7 @@ def main(argv=None) -> int:
 
     memory = {"num_gpu_blocks": llm.llm_engine.vllm_config.cache_config.num_gpu_blocks,
               "block_size": llm.llm_engine.vllm_config.cache_config.block_size,
-              "kv_bytes_per_token": 2 * QWEN3_06B["num_hidden_layers"] * QWEN3_06B["num_key_value_heads"]
-              * QWEN3_06B["head_dim"] * 2, "table_bytes_at_start": table_bytes(), "table_bytes_peak": {},
+              "kv_bytes_per_token": KV_BYTES_PER_TOKEN, "table_bytes_at_start": table_bytes(), "table_bytes_peak": {},
               "torch_reserved_at_start": torch.cuda.memory_reserved(), "device_used_at_start": used_memory()}
     print(f"KV cache: {memory['num_gpu_blocks']} blocks of {memory['block_size']} tokens; after start-up: penalty "
           f"tables {memory['table_bytes_at_start']:,} B, torch reserved {memory['torch_reserved_at_start']:,} B, "

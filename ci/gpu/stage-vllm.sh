@@ -28,12 +28,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 keep=/tmp/vllm-stage
-# vLLM 0.22.0's import-time needs that the GPU image lacks, for Python 3.12 (one version each).
+# vLLM 0.22.0's import-time needs that the GPU image lacks, for Python 3.12 (one version each), and
+# py-spy (the decode profile samples both of vLLM's processes with it).
 WHEELS=(pydantic==2.14.3 pydantic-core==2.50.4 annotated-types typing-inspection pyzmq gguf msgspec
         cbor2 cachetools openai==3.54.0 openai-harmony jiter distro pybase64 sniffio httpx2==2.16.2
         httpcore2==2.16.2 truststore idna llguidance==1.7.6 xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
         fastapi==0.121.3 starlette==0.50.0 annotated-doc partial-json-parser setproctitle blake3
-        python-multipart lark==1.2.2 diskcache==5.6.3 einops prometheus_client)
+        python-multipart lark==1.2.2 diskcache==5.6.3 einops prometheus_client py-spy==0.4.3)
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64
            --platform manylinux_2_24_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64)

@@ -1,4 +1,4 @@
-"""Command line: `vllm-hotpaths gate`, `matrix`, `changes`, `bench`, `e2e`, `contracts`, `results`."""
+"""Command line: `vllm-hotpaths gate`, `matrix`, `changes`, `bench`, `e2e`, `throughput`, `contracts`, `results`."""
 
 from __future__ import annotations
 
@@ -194,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     e2e = sub.add_parser("e2e", help="the same batches through a real vLLM engine with and without the plugin (GPU)")
     e2e_module.add_arguments(e2e)  # the options live next to the code that reads them
     e2e.set_defaults(func=e2e_module.run)
+    from vllm_hotpaths.testing import throughput as throughput_module
+
+    throughput = sub.add_parser("throughput", help="output tokens per second of whole generate calls, upstream "
+                                "and the plugin taking turns, vLLM's default engine settings (GPU)",
+                                formatter_class=defaults)
+    throughput_module.add_arguments(throughput)
+    throughput.set_defaults(func=throughput_module.run, check_arguments=throughput_module.check_arguments)
     contracts = sub.add_parser("contracts", help="print each hot path's --impl contract (from the registry)")
     contracts.add_argument("--write", metavar="PAGE", help="replace the contracts block of this Markdown page")
     contracts.set_defaults(func=_contracts)
@@ -215,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     results.add_argument("--out", default="docs/results", help="the pages' folder (default: docs/results)")
     results.set_defaults(func=_results)
     args = parser.parse_args(argv)
+    if getattr(args, "check_arguments", None):
+        args.check_arguments(throughput, args)
     if args.func is _bench:
         return _bench(args, argv)
     return args.func(args)

@@ -1,0 +1,398 @@
+"""Output tokens per second as users measure it (`vllm-hotpaths throughput`, GPU only).
+
+Two engine processes on one GPU, upstream (`VLLM_HOTPATHS=off`) and the plugin, each an offline
+`vllm.LLM` with vLLM's default engine settings: the engine core in its own process, async
+scheduling, torch.compile with CUDA graphs at vLLM's default sizes, `max_num_seqs` at its
+default. Only what the machine forces is set: dummy weights, no tokenizer, a fixed seed, the
+share of GPU memory each of the two engines may take, and (`--attention`) an attention backend.
+
+Both processes start side by side and warm up on every timed shape (a short `generate` per
+batch); then they take turns: each run is one whole `generate` of B requests x TOKENS tokens
+(prefill included, timed to GPU completion), the side that goes first alternating from run to
+run and from shape to shape, so a drift over minutes weighs on both alike. Every request has
+its own seed, so every run of a shape draws the same ids on both sides: all must be equal.
+
+The model's config is written to a fixed folder (`--model-dir`): its path is part of
+torch.compile's cache key, so a fresh folder would recompile in every process.
+
+`--profile` then records one more run per side and shape: py-spy over both of vLLM's processes
+(front end and engine core, their busy threads, `--windows` seconds into the run), and vLLM's
+own torch profiler over `--torch-steps` engine steps in the engine core (host and GPU).
+`testing/decode_profile.py` turns the files into tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIDES = ("upstream", "plugin")
+PROMPT_LEN = 16
+# Qwen3-0.6B's shape (weights made up by vLLM: load_format="dummy")
+QWEN3_06B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                 architectures=["Qwen3ForCausalLM"], torch_dtype="bfloat16")
+KV_BYTES_PER_TOKEN = 2 * QWEN3_06B["num_hidden_layers"] * QWEN3_06B["num_key_value_heads"] * QWEN3_06B["head_dim"] * 2
+DEFAULT_MODEL_DIR = Path.home() / ".cache" / "vllm-hotpaths" / "qwen3-0.6b-dummy"
+
+
+def write_model(folder: Path) -> Path:
+    """The dummy model's config at `folder`, rewritten only when it differs (an unchanged file
+    and path keep torch.compile's cache valid)."""
+    text = json.dumps(dict(QWEN3_06B, model_type="qwen3", max_position_embeddings=40_960), indent=1,
+                      sort_keys=True) + "\n"
+    config = folder / "config.json"
+    if not config.exists() or config.read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        config.write_text(text)
+    return folder
+
+
+def shapes(batches: list[int], presences: list[float], tokens: int) -> list[dict]:
+    return [{"name": f"B={batch} presence={presence:g}", "batch": batch, "presence": presence, "tokens": tokens}
+            for batch in batches for presence in presences]
+
+
+def order(run: int, shape: int) -> tuple[str, str]:
+    """Which side goes first: alternating from run to run and from shape to shape."""
+    return SIDES if (run + shape) % 2 == 0 else SIDES[::-1]
+
+
+def requests(shape: dict, vocab: int) -> tuple[list[list[int]], list[dict]]:
+    """The shape's prompts (random ids, the same on both sides) and each request's parameters."""
+    rng = np.random.default_rng(shape["batch"])
+    prompts = [rng.integers(0, vocab, PROMPT_LEN).tolist() for _ in range(shape["batch"])]
+    params = [dict(max_tokens=shape["tokens"], ignore_eos=True, temperature=1.0, seed=1000 + i,
+                   presence_penalty=shape["presence"]) for i in range(shape["batch"])]
+    return prompts, params
+
+
+def ids_digest(ids: list[list[int]]) -> str:
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def summarize(shape: dict, runs: dict[str, list[dict]]) -> dict:
+    """One shape's tokens per second per side (median, range), the plugin / upstream ratio of the
+    medians and of each pair (the two runs of one turn), and whether every run drew the same ids."""
+    rates = {side: [r["tokens"] / r["seconds"] for r in runs[side]] for side in SIDES}
+    pairs = [p / u for u, p in zip(rates["upstream"], rates["plugin"])]
+    digests = {r["ids"] for side in SIDES for r in runs[side]}
+    return {"shape": shape["name"], **{side: spread(rates[side]) for side in SIDES},
+            "ratio": statistics.median(rates["plugin"]) / statistics.median(rates["upstream"]),
+            "pairs": spread(pairs), "ids_equal": len(digests) == 1,
+            "ms_per_step": {side: statistics.median(r["seconds"] for r in runs[side]) / shape["tokens"] * 1e3
+                            for side in SIDES}}
+
+
+def report(rows: list[dict], meta: dict) -> str:
+    lines = [f"{meta['device']}, vLLM {meta['vllm']}, torch {meta['torch']}; plugin patched: "
+             f"{', '.join(meta['patched']) or 'nothing'}; runner {meta['runner']}", "",
+             "| shape | upstream tok/s, median (range) | plugin tok/s, median (range) | plugin / upstream "
+             "| pairs: median (range) | ms per step (up / plugin) | ids |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        u, p, q = row["upstream"], row["plugin"], row["pairs"]
+        lines.append(f"| {row['shape']} | {u['median']:,.0f} ({u['min']:,.0f}-{u['max']:,.0f}) | "
+                     f"{p['median']:,.0f} ({p['min']:,.0f}-{p['max']:,.0f}) | {row['ratio']:.3f} | "
+                     f"{q['median']:.3f} ({q['min']:.3f}-{q['max']:.3f}), {q['n']} pairs | "
+                     f"{row['ms_per_step']['upstream']:.1f} / {row['ms_per_step']['plugin']:.1f} | "
+                     f"{'equal' if row['ids_equal'] else 'DIFFER'} |")
+    return "\n".join(lines)
+
+
+# -- one engine, in its own process -----------------------------------------------------------
+def engine_kwargs(args) -> dict:
+    """vLLM's defaults but for the dummy model, and a KV cache sized for a quarter more than every
+    timed sequence at its full length (two engines share the GPU, so vLLM's sizing from free memory
+    would see the other engine's; with no preemption the size does not change a step's work)."""
+    tokens = 1.25 * max(args.batch) * (PROMPT_LEN + args.tokens + 16)
+    kwargs = dict(model=str(args.model_dir), load_format="dummy", skip_tokenizer_init=True, seed=0,
+                  gpu_memory_utilization=args.gpu_memory, kv_cache_memory_bytes=int(tokens * KV_BYTES_PER_TOKEN))
+    if args.attention:
+        kwargs["attention_config"] = {"backend": args.attention}
+    for item in args.engine_arg or []:
+        key, _, value = item.partition("=")
+        kwargs[key] = json.loads(value)
+    return kwargs
+
+
+def serve(folder: Path) -> None:
+    """Start the engine, warm up, then run what the parent asks: `go-N` holds a shape (and
+    whether to profile); `done-N.json` the result; `stop` ends it."""
+    import torch
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    spec = json.loads((folder / "spec.json").read_text())
+    kwargs = dict(spec["engine"])
+    if spec.get("profile_dir"):  # inert until start_profile (vLLM makes the profiler then)
+        kwargs["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": spec["profile_dir"],
+                                     "torch_profiler_with_stack": False, "ignore_frontend": True,
+                                     "delay_iterations": spec["torch_delay"], "max_iterations": spec["torch_steps"]}
+    began = time.perf_counter()
+    llm = LLM(**kwargs)
+    from vllm_hotpaths import plugin, runners
+
+    vocab = llm.llm_engine.model_config.get_vocab_size()
+
+    def generate(shape: dict, max_tokens: int | None = None) -> tuple[float, list[list[int]]]:
+        prompts, params = requests(shape, vocab)
+        if max_tokens is not None:
+            params = [dict(p, max_tokens=max_tokens) for p in params]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                               [SamplingParams(**p) for p in params], use_tqdm=False)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start, [list(o.outputs[0].token_ids) for o in outputs]
+
+    warm = time.perf_counter()
+    for shape in spec["shapes"]:
+        generate(shape, max_tokens=16)
+    meta = {"vllm": vllm.__version__, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+            "patched": plugin.installed(), "runner": runners.runner_of(llm.llm_engine.vllm_config),
+            "startup_s": warm - began, "warmup_s": time.perf_counter() - warm}
+    (folder / "ready.json").write_text(json.dumps(meta))
+    number = 0
+    while True:
+        go = folder / f"go-{number}"
+        while not go.exists():
+            if (folder / "stop").exists():
+                return
+            time.sleep(0.05)
+        ask = json.loads(go.read_text())
+        shape = spec["shapes"][ask["shape"]]
+        if ask.get("profile"):
+            result = profile_run(llm, generate, shape, Path(ask["profile"]), spec)
+        else:
+            seconds, ids = generate(shape)
+            result = {"seconds": seconds, "tokens": sum(map(len, ids)), "ids": ids_digest(ids)}
+            keep = folder / f"ids-{ask['shape']}.json"
+            if not keep.exists():
+                keep.write_text(json.dumps(ids))
+        (folder / f"done-{number}.tmp").write_text(json.dumps(result))
+        (folder / f"done-{number}.tmp").replace(folder / f"done-{number}.json")
+        number += 1
+
+
+def profile_run(llm, generate, shape: dict, out: Path, spec: dict) -> dict:
+    """py-spy over this process and its children during one run (in windows of seconds from its
+    start), then vLLM's torch profiler during another."""
+    import threading
+
+    out.mkdir(parents=True, exist_ok=True)
+    spy = spec["py_spy"]
+    samplers: list[subprocess.Popen] = []
+
+    def sample(number: int, start: float, seconds: float) -> None:
+        time.sleep(start)
+        samplers.append(subprocess.Popen(
+            [spy, "record", "--pid", str(os.getpid()), "--subprocesses", "--threads", "--function", "--nonblocking",
+             "--rate", str(spec["py_spy_rate"]), "--duration", str(round(seconds)), "--format", "raw",
+             "--output", str(out / f"py-spy-window{number}.txt")],
+            stdout=subprocess.DEVNULL, stderr=open(out / f"py-spy-window{number}.log", "w")))
+
+    timers = [threading.Thread(target=sample, args=(n, start, seconds), daemon=True)
+              for n, (start, seconds) in enumerate(spec["windows"])]
+    for timer in timers:
+        timer.start()
+    sampled, _ = generate(shape)
+    for timer in timers:
+        timer.join()
+    codes = [p.wait() for p in samplers]
+    llm.start_profile()
+    profiled, _ = generate(shape)
+    llm.stop_profile()
+    return {"py_spy_run_s": sampled, "py_spy_exit": codes, "torch_run_s": profiled,
+            "windows": spec["windows"], "rate": spec["py_spy_rate"], "torch_steps": spec["torch_steps"],
+            "torch_delay": spec["torch_delay"]}
+
+
+# -- the parent -------------------------------------------------------------------------------
+class Engine:
+    def __init__(self, side: str, folder: Path, spec: dict, hotpaths: str) -> None:
+        self.side, self.folder, self.asked = side, folder, 0
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*"):
+            if stale.is_file():
+                stale.unlink()
+        (folder / "spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ, VLLM_HOTPATHS="off" if side == "upstream" else hotpaths)
+        self.log = open(folder / "log.txt", "w")
+        self.process = subprocess.Popen([sys.executable, "-m", "vllm_hotpaths.testing.throughput",
+                                         "--engine-dir", str(folder)], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_for(self, path: Path, timeout: float) -> dict:
+        deadline = time.perf_counter() + timeout
+        while not path.exists():
+            if self.process.poll() is not None:
+                tail = (self.folder / "log.txt").read_text(errors="replace")[-4000:]
+                raise SystemExit(f"throughput: the {self.side} engine exited ({self.process.returncode}):\n{tail}")
+            if time.perf_counter() > deadline:
+                raise SystemExit(f"throughput: the {self.side} engine took over {timeout:.0f} s for {path.name}")
+            time.sleep(0.05)
+        return json.loads(path.read_text())
+
+    def ask(self, request: dict, timeout: float) -> dict:
+        number, self.asked = self.asked, self.asked + 1
+        (self.folder / f"go-{number}").write_text(json.dumps(request))
+        return self.wait_for(self.folder / f"done-{number}.json", timeout)
+
+    def stop(self) -> None:
+        (self.folder / "stop").touch()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def first_difference(root: Path, shapes_: list[dict]) -> str:
+    for number, shape in enumerate(shapes_):
+        up, plug = (json.loads((root / side / f"ids-{number}.json").read_text()) for side in SIDES)
+        for request, (a, b) in enumerate(zip(up, plug)):
+            if a != b:
+                at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                return f"{shape['name']}: request {request} first differs at token {at}"
+    return "the first runs agree; a later run drew other ids"
+
+
+def run(args) -> int:
+    try:
+        import torch
+        import vllm  # noqa: F401
+    except ImportError as err:
+        print(f"throughput: needs vLLM and a CUDA torch ({err})", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("throughput: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    root = Path(args.out).resolve()
+    shape_list = shapes(args.batch, args.presence, args.tokens)
+    spec = {"engine": engine_kwargs(args), "shapes": shape_list}
+    if args.profile:
+        spy = args.py_spy or next((str(Path(p, "py-spy")) for p in os.environ.get("PATH", "").split(os.pathsep)
+                                   if Path(p, "py-spy").exists()), None)
+        if spy is None:
+            raise SystemExit("throughput: --profile needs py-spy (on PATH, or --py-spy PATH)")
+        spec.update(profile_dir=str(root / "torch"), torch_delay=args.torch_delay, torch_steps=args.torch_steps,
+                    py_spy=spy, py_spy_rate=args.py_spy_rate, windows=[list(w) for w in args.windows])
+    write_model(args.model_dir)
+    engines = {side: Engine(side, root / side, dict(spec, profile_dir=str(root / "torch" / side)) if args.profile
+                            else spec, args.hotpaths) for side in SIDES}
+    runs: dict[int, dict[str, list[dict]]] = {n: {side: [] for side in SIDES} for n in range(len(shape_list))}
+    try:
+        meta = {side: engine.wait_for(engine.folder / "ready.json", args.timeout) for side, engine in engines.items()}
+        for side in SIDES:
+            print(f"throughput: {side}: engine up in {meta[side]['startup_s']:.0f} s, warm-up "
+                  f"{meta[side]['warmup_s']:.0f} s, patched: {', '.join(meta[side]['patched']) or 'nothing'}", flush=True)
+        for run_number in range(args.runs):
+            for number, shape in enumerate(shape_list):
+                for side in order(run_number, number):
+                    result = engines[side].ask({"shape": number}, args.timeout)
+                    runs[number][side].append(result)
+                    print(f"throughput: run {run_number + 1}, {shape['name']}, {side}: "
+                          f"{result['tokens'] / result['seconds']:,.0f} tok/s", flush=True)
+        profiles = {}
+        if args.profile:
+            for number, shape in enumerate(shape_list):
+                for side in SIDES:
+                    out = root / "profile" / f"{side}-{number}"
+                    profiles[f"{side} {shape['name']}"] = engines[side].ask({"shape": number, "profile": str(out)}, args.timeout)
+    finally:
+        for engine in engines.values():
+            engine.stop()
+    for engine in engines.values():  # the turn-taking files (their contents are in throughput.json)
+        for used in [*engine.folder.glob("go-*"), *engine.folder.glob("done-*")]:
+            used.unlink()
+    rows = [summarize(shape, runs[number]) for number, shape in enumerate(shape_list)]
+    text = report(rows, meta["plugin"])
+    print(text, flush=True)
+    differ = [row["shape"] for row in rows if not row["ids_equal"]]
+    if differ:
+        print(f"throughput: ids DIFFER ({first_difference(root, shape_list)})", flush=True)
+    else:
+        for ids in root.glob("*/ids-*.json"):
+            ids.unlink()
+    (root / "throughput.json").write_text(home_as_tilde(json.dumps(
+        {"meta": meta, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                                if k not in ("func", "check_arguments")},
+         "engine": spec["engine"], "rows": rows, "runs": {shape_list[n]["name"]: r for n, r in runs.items()},
+         "profiles": profiles}, indent=1)) + "\n")
+    (root / "throughput.md").write_text(text + "\n")
+    return 1 if differ else 0
+
+
+def home_as_tilde(text: str) -> str:
+    """Paths under the home folder written as ~/... (the results are shared)."""
+    return text.replace(str(Path.home()) + "/", "~/")
+
+
+def window(text: str) -> tuple[float, int]:
+    start, _, seconds = text.partition(":")
+    try:
+        value = float(start), int(seconds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a window is START:SECONDS, got {text!r}") from None
+    if value[0] < 0 or value[1] <= 0:
+        raise argparse.ArgumentTypeError(f"a window needs START >= 0 and SECONDS > 0, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024], help="requests per generate")
+    parser.add_argument("--presence", type=float, nargs="+", default=[0.0, 1.5], help="presence penalties")
+    parser.add_argument("--tokens", type=int, default=256, help="generated tokens per request")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per side and shape")
+    parser.add_argument("--hotpaths", default="all", help="VLLM_HOTPATHS for the plugin side")
+    parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
+                        help="where the dummy model's config is written (keep it fixed: torch.compile's cache key)")
+    parser.add_argument("--gpu-memory", type=float, default=0.42, help="gpu_memory_utilization of each engine")
+    parser.add_argument("--attention", help="attention backend (default: vLLM's choice)")
+    parser.add_argument("--engine-arg", action="append", metavar="KEY=JSON",
+                        help="another LLM keyword argument, e.g. compilation_config={\"max_cudagraph_capture_size\":1024}")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds an engine may take for one step")
+    parser.add_argument("--out", default="throughput-out", help="folder of the engines' files and the results")
+    parser.add_argument("--profile", action="store_true", help="then profile one run per side and shape")
+    parser.add_argument("--py-spy", help="the py-spy program (default: on PATH)")
+    parser.add_argument("--py-spy-rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--windows", type=window, nargs="+", default=[(2.0, 3)], metavar="START:SECONDS",
+                        help="py-spy windows, seconds from the run's start (SECONDS whole: py-spy's --duration)")
+    parser.add_argument("--torch-delay", type=int, default=60, help="engine steps before the torch profiler starts")
+    parser.add_argument("--torch-steps", type=int, default=20, help="engine steps the torch profiler records")
+
+
+def check_arguments(parser: argparse.ArgumentParser, args) -> None:
+    if min(*args.batch, args.tokens, args.runs) <= 0:
+        parser.error("--batch, --tokens and --runs must be positive")
+    if any(p < 0 for p in args.presence):
+        parser.error("--presence values must be >= 0")
+    if not 0 < args.gpu_memory < 0.5:
+        parser.error("--gpu-memory must be in (0, 0.5): two engines share the GPU")
+    for item in args.engine_arg or []:
+        key, sep, value = item.partition("=")
+        try:
+            json.loads(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            parser.error(f"--engine-arg takes KEY=JSON, got {item!r}")
+
+
+if __name__ == "__main__":  # one engine, in the process `Engine` starts
+    engine_parser = argparse.ArgumentParser()
+    engine_parser.add_argument("--engine-dir", required=True, type=Path)
+    serve(engine_parser.parse_args().engine_dir)

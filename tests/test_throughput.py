@@ -1,0 +1,170 @@
+"""`vllm-hotpaths throughput` and the decode profile's tables: what runs without a GPU (the turn
+order, the summary, the engine's arguments, py-spy's and torch's files read back)."""
+
+import gzip
+import json
+import os
+
+import pytest
+
+from vllm_hotpaths import cli
+from vllm_hotpaths.testing import decode_profile, throughput
+
+
+def test_sides_take_turns_and_neither_always_goes_first():
+    orders = [throughput.order(run, shape) for run in range(4) for shape in range(2)]
+    assert all(sorted(o) == sorted(throughput.SIDES) for o in orders)
+    firsts = [o[0] for o in orders]
+    assert firsts.count("upstream") == firsts.count("plugin") == 4
+    assert throughput.order(0, 0) != throughput.order(1, 0) and throughput.order(0, 0) != throughput.order(0, 1)
+
+
+def run_of(seconds, tokens=2560, ids="a"):
+    return {"seconds": seconds, "tokens": tokens, "ids": ids}
+
+
+def test_summary_gives_medians_ranges_pair_ratios_and_whether_ids_agree():
+    shape = {"name": "B=10", "batch": 10, "presence": 0.0, "tokens": 256}
+    runs = {"upstream": [run_of(1.0), run_of(2.0), run_of(4.0)], "plugin": [run_of(1.0), run_of(1.0), run_of(2.0)]}
+    row = throughput.summarize(shape, runs)
+    assert row["upstream"] == {"median": 1280.0, "min": 640.0, "max": 2560.0, "n": 3}
+    assert row["plugin"]["median"] == 2560.0
+    assert row["ratio"] == 2.0
+    assert row["pairs"]["min"] == 1.0 and row["pairs"]["max"] == 2.0 and row["pairs"]["median"] == 2.0
+    assert row["ids_equal"]
+    assert row["ms_per_step"]["upstream"] == pytest.approx(2.0 / 256 * 1e3)
+    runs["plugin"][2] = run_of(2.0, ids="b")
+    assert not throughput.summarize(shape, runs)["ids_equal"]
+    assert "equal" in throughput.report([row], {"device": "d", "vllm": "v", "torch": "t", "patched": [], "runner": "mrv2"})
+
+
+def test_every_request_has_its_own_seed_and_both_sides_get_the_same_prompts():
+    shape = throughput.shapes([4], [1.5], 8)[0]
+    prompts, params = throughput.requests(shape, 100)
+    assert prompts == throughput.requests(shape, 100)[0]
+    assert len({p["seed"] for p in params}) == 4
+    assert all(p["presence_penalty"] == 1.5 and p["max_tokens"] == 8 and p["ignore_eos"] for p in params)
+    assert all(len(p) == throughput.PROMPT_LEN and max(p) < 100 for p in prompts)
+
+
+def test_the_engine_gets_vllms_defaults_but_the_model_the_cache_and_what_is_asked(tmp_path):
+    args = cli_args(tmp_path, "--attention", "TRITON_ATTN", "--engine-arg",
+                    'compilation_config={"max_cudagraph_capture_size": 1024}')
+    kwargs = throughput.engine_kwargs(args)
+    assert set(kwargs) == {"model", "load_format", "skip_tokenizer_init", "seed", "gpu_memory_utilization",
+                           "kv_cache_memory_bytes", "attention_config", "compilation_config"}
+    assert kwargs["compilation_config"] == {"max_cudagraph_capture_size": 1024}
+    assert kwargs["kv_cache_memory_bytes"] >= 1024 * (throughput.PROMPT_LEN + 256) * throughput.KV_BYTES_PER_TOKEN
+
+
+def cli_args(tmp_path, *extra):
+    parser = cli_parser_args(["throughput", "--model-dir", str(tmp_path / "model"), *extra])
+    return parser
+
+
+def cli_parser_args(argv):
+    captured = {}
+
+    def keep(args):
+        captured["args"] = args
+        return 0
+
+    original = throughput.run
+    throughput.run = keep
+    try:
+        cli.main(argv)
+    finally:
+        throughput.run = original
+    return captured["args"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu-memory", "0.9"], "two engines share the GPU"),
+    (["--engine-arg", "foo"], "KEY=JSON"),
+    (["--engine-arg", "x={"], "KEY=JSON"),
+    (["--runs", "0"], "must be positive"),
+    (["--presence", "-1"], ">= 0"),
+    (["--windows", "1:x"], "START:SECONDS"),
+])
+def test_bad_options_are_refused_with_the_reason(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["throughput", *argv])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_model_config_is_rewritten_only_when_it_changes(tmp_path):
+    folder = throughput.write_model(tmp_path / "m")
+    config = folder / "config.json"
+    assert json.loads(config.read_text())["num_hidden_layers"] == 28
+    os.utime(config, (1, 1))
+    throughput.write_model(folder)
+    assert config.stat().st_mtime == 1  # unchanged: torch.compile's cache stays valid
+    config.write_text("{}")
+    throughput.write_model(folder)
+    assert json.loads(config.read_text())["vocab_size"] == 151_936
+
+
+RAW = "\n".join([
+    'process 10:"/usr/bin/python -m serve --dir /a/b";thread (0x1): MainThread;main (a/serve.py:1);step (engine/core.py:5) 30',
+    'process 10:"/usr/bin/python -m serve --dir /a/b";process 11:"VLLM::EngineCore -c a; b";thread (0x2): MainThread;'
+    'loop (engine/core.py:1);schedule (sched/scheduler.py:9) 60',
+    'process 10:"/usr/bin/python -m serve --dir /a/b";process 11:"VLLM::EngineCore -c a; b";thread (0x2): MainThread;'
+    'loop (engine/core.py:1);execute (gpu/model_runner.py:3);sample (gpu/model_runner.py:7) 40',
+    'process 10:"/usr/bin/python -m serve --dir /a/b";process 11:"VLLM::EngineCore -c a; b";thread (0x3): out;send (x/y.py:2) 5',
+])
+
+
+def test_py_spy_stacks_are_counted_per_process_and_thread_self_and_inclusive():
+    threads = decode_profile.read_py_spy(RAW + "\n")
+    core = threads[("process 1: VLLM::EngineCore -c a; b", "MainThread")]
+    assert core.samples == 100
+    assert core.self_ == {"schedule (sched/scheduler.py)": 60, "sample (gpu/model_runner.py)": 40}
+    assert core.inclusive["loop (engine/core.py)"] == 100 and core.inclusive["execute (gpu/model_runner.py)"] == 40
+    assert threads[("process 0: python -m serve --dir", "MainThread")].samples == 30
+    assert threads[("process 1: VLLM::EngineCore -c a; b", "out")].samples == 5
+    with pytest.raises(ValueError, match="raw format"):
+        decode_profile.read_py_spy("main (a.py:1) 3")
+
+
+def test_tables_give_milliseconds_per_step_and_leave_out_the_call_chain():
+    text = decode_profile.host_tables(decode_profile.read_py_spy(RAW), rate=100, steps=10, top=5)
+    assert "busy 100.00 ms per step (100 samples)" in text  # 100 samples / 100 per s / 10 steps
+    assert "`schedule (sched/scheduler.py)` | 60.000 | 60.0%" in text
+    assert "`execute (gpu/model_runner.py)` | 40.000" in text
+    assert "`loop (engine/core.py)`" not in text  # on every stack of its thread
+
+
+def test_a_window_counts_only_the_steps_inside_the_run():
+    assert decode_profile.steps_in(1, 2, 10.0, 1000) == 200
+    assert decode_profile.steps_in(9, 3, 10.0, 1000) == pytest.approx(100)
+    assert decode_profile.steps_in(11, 3, 10.0, 1000) == 0
+
+
+def test_the_gpu_table_sums_kernels_copies_and_sets_per_step(tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 300},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "copy", "ts": 400, "dur": 100},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 2000}]
+    trace = tmp_path / "t.pt.trace.json.gz"
+    with gzip.open(trace, "wt") as handle:
+        json.dump({"traceEvents": events}, handle)
+    text = decode_profile.device_table(decode_profile.read_trace(trace), steps=2, top=5)
+    assert text.startswith("GPU: 0.200 ms per step")  # (300 + 100) us / 2 steps
+    assert "spans 1.000 ms per step" in text
+    assert "| 1 | `k` | 0.50 | 0.1500 | 75.0% |" in text
+    assert "aten::add" not in text
+
+
+def test_the_summary_reads_a_profile_folder(tmp_path):
+    (tmp_path / "profile" / "upstream-0").mkdir(parents=True)
+    (tmp_path / "profile" / "upstream-0" / "py-spy-window0.txt").write_text(RAW)
+    run = {"py_spy_run_s": 2.0, "torch_run_s": 2.5, "windows": [[0, 1], [5, 1]], "rate": 100,
+           "torch_steps": 2, "torch_delay": 1}
+    (tmp_path / "throughput.json").write_text(json.dumps({
+        "args": {"tokens": 20}, "rows": [{"shape": "B=4 presence=0"}], "profiles": {"upstream B=4 presence=0": run}}))
+    text, data = decode_profile.summarize(tmp_path, top=3)
+    assert "10 steps at 100 samples/s" in text  # 1 s of a 2 s run of 20 steps
+    assert "starts after the run's end" in text
+    assert "no trace for this run" in text
+    window = data["upstream B=4 presence=0"]["windows"][0]
+    assert window["threads"]["process 1: VLLM::EngineCore -c a; b / MainThread"]["busy_ms_per_step"] == 100.0
