@@ -167,11 +167,11 @@ def serve(folder: Path) -> None:
             "patched": plugin.installed(), "runner": runners.runner_of(llm.llm_engine.vllm_config),
             "startup_s": warm - began, "warmup_s": time.perf_counter() - warm}
     (folder / "ready.json").write_text(json.dumps(meta))
-    number = 0
+    number, parent = 0, os.getppid()
     while True:
         go = folder / f"go-{number}"
         while not go.exists():
-            if (folder / "stop").exists():
+            if (folder / "stop").exists() or os.getppid() != parent:  # asked to stop, or nobody left to ask
                 return
             time.sleep(0.05)
         ask = json.loads(go.read_text())
