@@ -67,6 +67,8 @@ def main(batch: int, steps: int, asynchronous: bool) -> None:
         output = scheduler.schedule()
         scheduled = time.perf_counter()
         ids = list(output.num_scheduled_tokens)
+        if len(ids) != batch:  # every step must be a step of the whole batch
+            raise SystemExit(f"scheduler-cost: step {step} scheduled {len(ids)} of {batch} requests")
         sampled = rng.integers(0, QWEN3_06B["vocab_size"], len(ids)).tolist()
         runner_output = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: j for j, r in enumerate(ids)},
                                           sampled_token_ids=[[t] for t in sampled])

@@ -4,10 +4,13 @@ order, the summary, the engine's arguments, py-spy's and torch's files read back
 import gzip
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
-from vllm_hotpaths import cli
+from vllm_hotpaths import cli, vllm_env
 from vllm_hotpaths.testing import decode_profile, throughput
 
 
@@ -168,3 +171,13 @@ def test_the_summary_reads_a_profile_folder(tmp_path):
     assert "no trace for this run" in text
     window = data["upstream B=4 presence=0"]["windows"][0]
     assert window["threads"]["process 1: VLLM::EngineCore -c a; b / MainThread"]["busy_ms_per_step"] == 100.0
+
+
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_the_scheduler_cost_script_drives_the_installed_vllms_scheduler(pytestconfig):
+    result = subprocess.run([sys.executable, str(pytestconfig.rootpath / "ci" / "scheduler-cost.py"), "6", "12", "async"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = re.search(r"B=6 async: schedule ([\d.]+) ms, update_from_output ([\d.]+) ms per step "
+                     r"\(median of 4 steps\)", result.stdout)
+    assert line and float(line.group(1)) > 0 and float(line.group(2)) > 0, result.stdout[-2000:]
