@@ -162,7 +162,7 @@ if [[ " $PARTS " == *" throughput "* ]]; then
   fi
   rm -f "$OUT"/throughput/*/stop "$OUT"/throughput/*/spec.json
 fi
-echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc, sampler-e2e exit $e2e_rc"
+echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc, sampler-e2e and throughput exit $e2e_rc"
 bench_rc=$(( bench_rc > e2e_rc ? bench_rc : e2e_rc ))
 worst=$(( gate_rc > bench_rc ? gate_rc : bench_rc ))
 worst=$(( worst > mrv2_rc ? worst : mrv2_rc ))

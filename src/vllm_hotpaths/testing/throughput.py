@@ -4,7 +4,8 @@ Two engine processes on one GPU, upstream (`VLLM_HOTPATHS=off`) and the plugin, 
 `vllm.LLM` with vLLM's default engine settings: the engine core in its own process, async
 scheduling, torch.compile with CUDA graphs at vLLM's default sizes, `max_num_seqs` at its
 default. Only what the machine forces is set: dummy weights, no tokenizer, a fixed seed, the
-share of GPU memory each of the two engines may take, and (`--attention`) an attention backend.
+share of GPU memory each of the two engines may take and its KV cache's size (`engine_kwargs`),
+and (`--attention`) an attention backend; `--engine-arg` adds any other.
 
 Both processes start side by side and warm up on every timed shape (a short `generate` per
 batch); then they take turns: each run is one whole `generate` of B requests x TOKENS tokens
@@ -361,7 +362,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
                         help="where the dummy model's config is written (keep it fixed: torch.compile's cache key)")
     parser.add_argument("--gpu-memory", type=float, default=0.42, help="gpu_memory_utilization of each engine")
-    parser.add_argument("--attention", help="attention backend (default: vLLM's choice)")
+    parser.add_argument("--attention", help="attention backend, e.g. TRITON_ATTN (not given: vLLM chooses)")
     parser.add_argument("--engine-arg", action="append", metavar="KEY=JSON",
                         help="another LLM keyword argument, e.g. compilation_config={\"max_cudagraph_capture_size\":1024}")
     parser.add_argument("--timeout", type=float, default=900, help="seconds an engine may take for one step")
