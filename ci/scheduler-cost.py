@@ -1,9 +1,10 @@
 """Host time of vLLM's scheduler in a decode step, in-process on the CPU (no GPU, no model):
 B requests of 16 prompt tokens, then STEPS steps of `schedule()` and `update_from_output()` with
 one sampled token per request, as the engine core calls them. Prefix caching on with vLLM's
-block hasher, block size 16, a KV cache of 32 blocks per request (no preemption), the dummy
+block hasher, block size 16, KV blocks for every request's full length (no preemption), the dummy
 Qwen3-0.6B config of `vllm-hotpaths throughput`. `async` uses the AsyncScheduler (vLLM's default
-with async scheduling). Prints the median milliseconds per step of each call, after 8 steps.
+with async scheduling). Prints the median milliseconds per step of each call, after 8 steps,
+and the medians of the first and the last quarter of the steps (how it grows with the output).
 
     python ci/scheduler-cost.py [B=1024] [STEPS=256] [sync|async]
 """
@@ -39,12 +40,13 @@ BLOCK = 16
 
 def main(batch: int, steps: int, asynchronous: bool) -> None:
     model = write_model(Path(tempfile.mkdtemp(), "model"))
-    blocks = batch * 32
+    max_model_len = PROMPT_LEN + steps + 16
+    blocks = batch * (-(-max_model_len // BLOCK) + 1)
     cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=True)
     cache.num_gpu_blocks = blocks
-    config = VllmConfig(model_config=ModelConfig(model=str(model), skip_tokenizer_init=True, max_model_len=4096),
+    config = VllmConfig(model_config=ModelConfig(model=str(model), skip_tokenizer_init=True, max_model_len=max_model_len),
                         scheduler_config=SchedulerConfig(max_num_seqs=batch, max_num_batched_tokens=16384,
-                                                         max_model_len=4096, is_encoder_decoder=False,
+                                                         max_model_len=max_model_len, is_encoder_decoder=False,
                                                          async_scheduling=asynchronous),
                         cache_config=cache)
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=QWEN3_06B["num_key_value_heads"],
@@ -79,6 +81,11 @@ def main(batch: int, steps: int, asynchronous: bool) -> None:
             update.append(time.perf_counter() - before)
     print(f"B={batch} {'async' if asynchronous else 'sync'}: schedule {statistics.median(schedule) * 1e3:.2f} ms, "
           f"update_from_output {statistics.median(update) * 1e3:.2f} ms per step (median of {len(schedule)} steps)")
+    quarter = len(schedule) // 4
+    if quarter:  # how it grows with the output length: the first and the last quarter of the steps
+        print("  first / last quarter: schedule " + " / ".join(f"{statistics.median(part) * 1e3:.2f}" for part in
+              (schedule[:quarter], schedule[-quarter:])) + " ms, update_from_output " + " / ".join(
+              f"{statistics.median(part) * 1e3:.2f}" for part in (update[:quarter], update[-quarter:])) + " ms")
 
 
 if __name__ == "__main__":
