@@ -50,9 +50,9 @@ def test_every_request_has_its_own_seed_and_both_sides_get_the_same_prompts():
     assert all(len(p) == throughput.PROMPT_LEN and max(p) < 100 for p in prompts)
 
 
-def test_the_engine_gets_vllms_defaults_but_the_model_the_cache_and_what_is_asked(tmp_path):
-    args = cli_args(tmp_path, "--attention", "TRITON_ATTN", "--engine-arg",
-                    'compilation_config={"max_cudagraph_capture_size": 1024}')
+def test_the_engine_gets_vllms_defaults_but_the_model_the_cache_and_what_is_asked(tmp_path, monkeypatch):
+    args = parsed(monkeypatch, "--model-dir", str(tmp_path / "model"), "--attention", "TRITON_ATTN", "--engine-arg",
+                  'compilation_config={"max_cudagraph_capture_size": 1024}')
     kwargs = throughput.engine_kwargs(args)
     assert set(kwargs) == {"model", "load_format", "skip_tokenizer_init", "seed", "gpu_memory_utilization",
                            "kv_cache_memory_bytes", "attention_config", "compilation_config"}
@@ -60,24 +60,11 @@ def test_the_engine_gets_vllms_defaults_but_the_model_the_cache_and_what_is_aske
     assert kwargs["kv_cache_memory_bytes"] >= 1024 * (throughput.PROMPT_LEN + 256) * throughput.KV_BYTES_PER_TOKEN
 
 
-def cli_args(tmp_path, *extra):
-    parser = cli_parser_args(["throughput", "--model-dir", str(tmp_path / "model"), *extra])
-    return parser
-
-
-def cli_parser_args(argv):
+def parsed(monkeypatch, *argv):
+    """The arguments `vllm-hotpaths throughput ARGV` hands its run (which does not run)."""
     captured = {}
-
-    def keep(args):
-        captured["args"] = args
-        return 0
-
-    original = throughput.run
-    throughput.run = keep
-    try:
-        cli.main(argv)
-    finally:
-        throughput.run = original
+    monkeypatch.setattr(throughput, "run", lambda args: captured.setdefault("args", args) and 0)
+    cli.main(["throughput", *argv])
     return captured["args"]
 
 

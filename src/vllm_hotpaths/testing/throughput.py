@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -259,6 +260,7 @@ class Engine:
             self.process.wait(60)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        self.log.close()
 
 
 def first_difference(root: Path, shapes_: list[dict]) -> str:
@@ -285,11 +287,10 @@ def run(args) -> int:
     shape_list = shapes(args.batch, args.presence, args.tokens)
     spec = {"engine": engine_kwargs(args), "shapes": shape_list}
     if args.profile:
-        spy = args.py_spy or next((str(Path(p, "py-spy")) for p in os.environ.get("PATH", "").split(os.pathsep)
-                                   if Path(p, "py-spy").exists()), None)
+        spy = args.py_spy or shutil.which("py-spy")
         if spy is None:
             raise SystemExit("throughput: --profile needs py-spy (on PATH, or --py-spy PATH)")
-        spec.update(profile_dir=str(root / "torch"), torch_delay=args.torch_delay, torch_steps=args.torch_steps,
+        spec.update(torch_delay=args.torch_delay, torch_steps=args.torch_steps,
                     py_spy=spy, py_spy_rate=args.py_spy_rate, windows=[list(w) for w in args.windows])
     write_model(args.model_dir)
     engines = {side: Engine(side, root / side, dict(spec, profile_dir=str(root / "torch" / side)) if args.profile
