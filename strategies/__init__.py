@@ -5,6 +5,7 @@ penalties_programs`. A hot path's generators are the module of its name (`strate
 
 import importlib
 
+from strategies.cached_request_data import bad_steps, scheduled_steps
 from strategies.logits_copy import bad_input_cases, boundary_cases, logits_programs, request_params
 from strategies.penalties_mrv2 import commits, penalty_triples, slot_programs
 from strategies.penalties import (decode_runs, id_runs, invalid_id_cases, logit_values, penalties_programs,
@@ -26,7 +27,7 @@ def checks_for(name: str):
 
 
 __all__ = [
-    "ThinkDraws", "add_ops", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
+    "ThinkDraws", "add_ops", "bad_steps", "scheduled_steps", "bad_configs", "bad_input_cases", "boundary_cases", "budgets", "classify",
     "corrupted_recovery_cases", "decode_runs", "id_runs", "invalid_budgets", "invalid_id_cases", "logit_values",
     "logits_programs", "long_outputs", "penalties_programs", "poisoned_programs", "programs_header", "prompts",
     "penalty_triples", "commits", "slot_programs", "checks_for",

@@ -27,6 +27,8 @@ targets = {  # hot path -> what its patch replaces
     "think_budget": (batch, "__init__"),
     "penalties": (vllm_env.import_vllm("vllm.v1.sample.sampler"), "apply_all_penalties"),
     "recovered_tokens": (vllm_env.import_vllm("vllm.v1.sample.rejection_sampler"), "sample_recovered_tokens"),
+    "cached_request_data": (vllm_env.import_vllm("vllm.v1.core.sched.scheduler").Scheduler,
+                            "_make_cached_request_data"),
 }
 before = {name: getattr(owner, attr) for name, (owner, attr) in targets.items()}
 from vllm.plugins import load_general_plugins

@@ -11,17 +11,20 @@
 #                  -> $OUT (default vllm-unit-tests/): per run a log and a JUnit report per file
 #
 # The files: tests/v1/sample/test_sampler.py, test_rejection_sampler.py,
-# tests/v1/worker/test_gpu_input_batch.py, tests/v1/logits_processors/test_correctness.py and the
-# helpers they import. vLLM's tests/conftest.py and tests/utils.py import packages a runner
+# tests/v1/worker/test_gpu_input_batch.py, tests/v1/logits_processors/test_correctness.py,
+# tests/v1/core/test_scheduler.py, test_async_scheduler.py and the helpers they import. vLLM's tests/conftest.py and tests/utils.py import packages a runner
 # without vLLM's test extras lacks (transformers, openai, ...): an empty conftest and
 # ci/gpu/vllm-tests-shim/utils.py (forks per test, as vLLM's helper does) stand in for them.
+# The scheduler tests' models come from a stand-in Hub cache (ci/gpu/vllm-tests-shim/hub_cache.py).
 # VLLM_USE_FLASHINFER_SAMPLER=0 as in vLLM's CI for these files. On a machine without CUDA the
 # tests whose device list is empty are not collected: the counts say how many ran.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-FILES=(tests/v1/sample/test_sampler.py tests/v1/sample/test_rejection_sampler.py
+TESTS=(tests/v1/sample/test_sampler.py tests/v1/sample/test_rejection_sampler.py
        tests/v1/worker/test_gpu_input_batch.py tests/v1/logits_processors/test_correctness.py
-       tests/v1/sample/utils.py tests/v1/logits_processors/utils.py)
+       tests/v1/core/test_scheduler.py tests/v1/core/test_async_scheduler.py)
+FILES=("${TESTS[@]}" tests/v1/sample/utils.py tests/v1/logits_processors/utils.py tests/v1/core/utils.py
+       tests/v1/kv_connector/unit/utils.py)
 PYTHON=${PYTHON:-python3}
 # A path to an interpreter (a venv's python) must hold after the cd into the test tree; its
 # folder is made absolute, not the link itself, which would leave the venv.
@@ -58,8 +61,10 @@ run() {
   : > "$tree/tests/conftest.py"
   find "$tree/tests" -type d -exec touch {}/__init__.py \;
   export PYTHONPATH="$tree:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0
-  local tests=(tests/v1/sample/test_sampler.py tests/v1/sample/test_rejection_sampler.py
-               tests/v1/worker/test_gpu_input_batch.py tests/v1/logits_processors/test_correctness.py)
+  # The scheduler tests load two models' configs and tokenizers from the Hub: a cache stands in.
+  "$PYTHON" ci/gpu/vllm-tests-shim/hub_cache.py "$tree/hub"
+  export HF_HUB_OFFLINE=1 HF_HUB_CACHE="$tree/hub"
+  local tests=("${TESTS[@]}")
   # "every patch": a validated file naming each hot path for this version on this device.
   "$PYTHON" - "$version" "$tree/every-patch.json" <<'PY'
 import json, sys, torch

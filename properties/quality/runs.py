@@ -82,7 +82,7 @@ def _fixture(module, mutant: str) -> str | None:
 
 
 def planted_runs() -> list[PlantedRun]:
-    from properties.quality import (logits_copy, penalties, penalties_mrv2, recovered_tokens, rejection_mrv2,
+    from properties.quality import (cached_request_data, logits_copy, penalties, penalties_mrv2, recovered_tokens, rejection_mrv2,
                                     sampler_mrv2, swap_states, think_budget, think_budget_mrv2)
 
     runs = [PlantedRun("penalties", m, f"properties/test_{law}.py", "penalties and cpu", "--impl",
@@ -122,4 +122,12 @@ def planted_runs() -> list[PlantedRun]:
             runs.append(PlantedRun("sampler_mrv2", m, f"properties/test_{law}.py", "sampler_mrv2 and cpu",
                                    "--impl", f"sampler_mrv2@0.22.0=properties.quality.sampler_mrv2:{m}",
                                    _profile(sampler_mrv2, m), interpreted=True))
+    for m, (version, law) in cached_request_data.MUTANTS.items():
+        runs.append(PlantedRun("cached_request_data", m, f"properties/test_{law}.py", "cached_request_data and cpu",
+                               "--impl", f"cached_request_data@{version}=properties.quality.cached_request_data:{m}",
+                               _profile(cached_request_data, m)))
+    for m in cached_request_data.REFERENCE_MUTANTS:  # subclasses of the 0.16.0 reference
+        runs.append(PlantedRun("cached_request_data", m, "properties/test_conformance.py", "cached_request_data and cpu",
+                               "--reference", f"cached_request_data@0.16.0=properties.quality.cached_request_data:{m}",
+                               "ci"))
     return runs

@@ -72,7 +72,7 @@ def installed() -> dict[str, list[str]]:
 
 def called_by(runner: str) -> list[str]:
     """The installed patches (those that replaced something) that an engine on `runner` calls."""
-    return sorted(name for name, replaced in _installed.items() if replaced and registry.get(name).runner == runner)
+    return sorted(name for name, replaced in _installed.items() if replaced and runners.calls(runner, registry.get(name).runner))
 
 
 def announce(runner: str) -> None:
@@ -102,7 +102,8 @@ def register() -> dict[str, list[str]]:
             _installed[name] = []
             continue
         entry = validated.get(name, {}).get(version)
-        if entry is None or device not in entry.get("devices", ()):
+        devices = entry.get("devices", ()) if entry else ()
+        if entry is None or not (device in devices or (registry.get(name).host_only and "cpu" in devices)):
             logger.warning(
                 "vllm-hotpaths: %s is not validated for vLLM %s%s, upstream kept; validate it with "
                 "`vllm-hotpaths gate --vllm %s --hotpath %s --record`%s", name, version,
@@ -115,8 +116,10 @@ def register() -> dict[str, list[str]]:
             _installed[name] = []
             continue
         _installed[name] = registry.resolve(registry.get(name).patch)(version)
-        logger.info("vllm-hotpaths: %s installed for vLLM %s (%s), called by %s engines only", name, version,
-                    ", ".join(_installed[name]), runners.TITLES[registry.get(name).runner])
+        runner = registry.get(name).runner
+        logger.info("vllm-hotpaths: %s installed for vLLM %s (%s), called by %s", name, version,
+                    ", ".join(_installed[name]),
+                    "every engine (its scheduler)" if runner == "any" else f"{runners.TITLES[runner]} engines only")
     if names and not runners.watch(announce):  # no automatic choice: the variable decides
         runners.announce_once(runners.runner_of(None), announce)
     return dict(_installed)

@@ -48,8 +48,10 @@ class HotPath:
     # with the docs link to the numbers. The plugin then installs nothing for it.
     held_back: str | None = None
     # The model runner whose code calls `upstream` (runners.RUNNERS): an engine on the other
-    # runner never calls it, patched or not.
+    # runner never calls it, patched or not; "any": the engine core's scheduler, called by both.
     runner: str = "v1"
+    # Host code only (no tensor, no kernel): its CPU rows validate it for an engine on any device.
+    host_only: bool = False
     # A Model Runner V2 hot path: the registry name of the v1 hot path whose semantics it replaces
     # (the runner-change law compares that hot path's reference with this one's live code).
     v1_counterpart: str | None = None
@@ -328,6 +330,22 @@ SAMPLER_MRV2_CONTRACT = Contract(
     ),
 )
 
+CACHED_REQUEST_DATA_CONTRACT = Contract(
+    methods=("make",),
+    doc=(
+        "factory() -> object with\n"
+        "  make(scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)\n"
+        "      -> {field: value} for vLLM's CachedRequestData (cached_request_data.FIELDS), as\n"
+        "      Scheduler._make_cached_request_data builds it: fresh lists, a set, a dict in batch order;\n"
+        "      scheduler: use_pp, scheduler_config.async_scheduling, prev_step_scheduled_req_ids,\n"
+        "      use_v2_model_runner (read from 0.24); requests: request_id, all_token_ids,\n"
+        "      num_computed_tokens, num_output_tokens, num_output_placeholders; blocks: vLLM's\n"
+        "      KVCacheBlocks (get_block_ids(allow_none=True)); raises\n"
+        "      cached_request_data.InvalidSchedulerInput (a ValueError) for a request missing from a\n"
+        "      table and, to 0.23, a resumed request scheduled in the previous step."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -502,6 +520,24 @@ HOTPATHS: dict[str, HotPath] = {
         runner="mrv2",
         since="0.22.0",
         before_since=LOGITS_COPY_BEFORE,
+    ),
+    # The scheduler's per-step message about requests scheduled again: host bookkeeping over
+    # the whole batch, the same for both model runners (the 0.24 reference reads which one).
+    "cached_request_data": HotPath(
+        name="cached_request_data",
+        upstream="vllm.v1.core.sched.scheduler.Scheduler._make_cached_request_data",
+        contract=CACHED_REQUEST_DATA_CONTRACT,
+        references={"0.16.0": "vllm_hotpaths.cached_request_data.reference:CachedRequestData016",
+                    "0.24.0": "vllm_hotpaths.cached_request_data.reference:CachedRequestData024"},
+        fast={"columnwise@0.16.0": ("vllm_hotpaths.cached_request_data.fast:ColumnwiseCachedRequestData", "0.16.0"),
+              "columnwise@0.24.0": ("vllm_hotpaths.cached_request_data.fast:ColumnwiseCachedRequestData024",
+                                    "0.24.0")},
+        live="vllm_hotpaths.testing.live.cached_request_data:LiveCachedRequestData",
+        bench="vllm_hotpaths.testing.bench.cached_request_data:run",
+        patch="vllm_hotpaths.cached_request_data.patch:install",
+        checks="vllm_hotpaths.testing.cases.cached_request_data:CachedRequestDataChecks",
+        runner="any",
+        host_only=True,
     ),
 }
 

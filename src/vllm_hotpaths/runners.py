@@ -13,7 +13,13 @@ import functools
 from typing import Callable
 
 RUNNERS = ("v1", "mrv2")
-TITLES = {"v1": "Model Runner v1", "mrv2": "Model Runner V2"}
+TITLES = {"v1": "Model Runner v1", "mrv2": "Model Runner V2", "any": "either model runner"}
+
+
+def calls(engine_runner: str, hotpath_runner: str) -> bool:
+    """An engine on `engine_runner` calls a hot path of `hotpath_runner` (a registry `runner`:
+    "any" is the engine core's scheduler, which both runners' engines call)."""
+    return hotpath_runner in (engine_runner, "any")
 
 
 def runner_of(vllm_config) -> str:

@@ -37,7 +37,7 @@ from typing import Callable
 
 import pytest
 
-from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths import registry, runners, vllm_env
 from vllm_hotpaths.testing import runner_choice, runner_report
 
 
@@ -266,7 +266,7 @@ class GateOptions:
     def selected_hotpaths(self) -> list[str]:
         """The hot paths to check: --hotpath (default all), those of --runner only."""
         names = self.hotpaths or list(registry.HOTPATHS)
-        return [n for n in names if self.runner == "all" or registry.get(n).runner == self.runner]
+        return [n for n in names if self.runner == "all" or runners.calls(self.runner, registry.get(n).runner)]
 
     def problems(self) -> list[str]:
         """What makes this run impossible, found before anything runs."""

@@ -879,3 +879,35 @@ def runner_changes(vllm_version: str | None = None) -> list[KnownDivergence]:
     """Every runner-change entry (of `vllm_version`, where given)."""
     return [e for e in LEDGER if e.kind == "runner-change"
             and (vllm_version is None or e.applies_to(e.hotpath, vllm_version))]
+
+
+# cached_request_data: 0.24.0's `Scheduler._make_cached_request_data` (read in the release's source).
+CACHED_REQUEST_DATA_024 = "https://github.com/vllm-project/vllm/blob/v0.24.0/vllm/v1/core/sched/scheduler.py"
+
+
+def _history_not_sent_to_v2(case) -> bool:
+    """A step on Model Runner V2 with a request that was not scheduled in the previous step."""
+    return bool(getattr(case, "use_v2_model_runner", False)) and any(
+        r.request_id not in case.previous for r in case.requests)
+
+
+def _resumed_scheduled_before(case) -> bool:
+    """A step whose resumed requests include one scheduled in the previous step."""
+    requests = getattr(case, "requests", ())
+    return any(r.request_id in case.previous for r in requests[len(requests) - case.resumed:]) if requests else False
+
+
+LEDGER += [
+    _change_from(
+        "0.24.0", "cached_request_data", CACHED_REQUEST_DATA_024 + "#L1259-L1261",
+        summary="token lists go to Model Runner v1 only: a request not scheduled in the previous "
+                "step sends none when use_v2_model_runner is set (MRv2 keeps its own history)",
+        affects=_history_not_sent_to_v2, shows="all_token_ids",
+    ),
+    _change_from(
+        "0.24.0", "cached_request_data", CACHED_REQUEST_DATA_024 + "#L1257-L1258",
+        summary="a resumed request scheduled in the previous step is accepted, listed as resumed, "
+                "with no token list; 0.16-0.23 asserted there was none",
+        affects=_resumed_scheduled_before,
+    ),
+]
