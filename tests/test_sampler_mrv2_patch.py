@@ -116,3 +116,42 @@ def test_apply_sampling_params_without_sample_counts_drafts_on_compact_rows():
         processed.append(vllm_env.call(live.sampler.apply_sampling_params, **args))
     assert processed[0][1, 5] == logits[1, 5] - 1.5  # the draft (id 5) is counted upstream
     assert_same_bits(processed[1], processed[0], "compact rows vs upstream's dense tables")
+
+
+@pytest.mark.needs_cuda
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_the_first_sample_call_compiles_what_the_fused_batches_launch():
+    """The patched sampler's first call (vLLM's warm-up) compiles the fused kernel's variants, so
+    the batches it samples afterwards (with and without a penalty) compile nothing: Triton's
+    in-memory cache of the kernel, emptied first, holds as many variants after them as before."""
+    import torch
+
+    from vllm_hotpaths import registry
+    from vllm_hotpaths.logits_copy import RequestParams
+    from vllm_hotpaths.sampler_mrv2 import fast, patch
+
+    if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
+        pytest.skip("the patch is not written for the installed vLLM")
+    patch.install_methods()
+    vocab = 151_936
+    live = registry.get("sampler_mrv2").live_factory()(vocab, 4, "cuda")
+    live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
+    live.add_request(1, [3], [5], RequestParams(temperature=0.7, seed=4, presence_penalty=1.5))
+    live.add_request(2, [4], [], RequestParams(temperature=1.0, seed=5, top_p=0.9))  # upstream's path
+    kernel = fast._fused_block_kernel
+    variants = lambda: sum(len(entry[0]) for entry in kernel.device_caches.values())  # noqa: E731
+    for entry in kernel.device_caches.values():
+        entry[0].clear()
+    logits = torch.randn(3, vocab, device="cuda", dtype=torch.bfloat16)
+    warmup = live.sampler_args(logits, [2, 0, 1], [0, 0, 0], [7, 8, 9], [2, 1, 2])
+    assert vllm_env.call(patch.fused_or_none, live.sampler, **warmup) is None  # top-p: not fused
+    launches = 2 * len({0, live.sampler.num_speculative_tokens})  # with and without penalties, per draft bound
+    assert vllm_env.call(patch.compile_variants, live.sampler, **warmup) == launches
+    compiled = variants()
+    assert compiled == launches
+    assert vllm_env.call(patch.compile_variants, live.sampler, **warmup) == 0  # once per sampler
+    for slots in ([0], [1], [0, 1]):
+        rows = len(slots)
+        args = live.sampler_args(logits[:rows].clone(), slots, [0] * rows, [7] * rows, [2] * rows)
+        assert vllm_env.call(patch.fused_or_none, live.sampler, **args) is not None
+        assert variants() == compiled, f"a fused batch of slots {slots} compiled a variant of its own"

@@ -33,6 +33,9 @@
 #            taking turns, vLLM's default engine settings) with THROUGHPUT_ARGS, in $OUT/throughput;
 #            with --profile among them, the decode profile's tables in $OUT/throughput/profile.md
 #            (py-spy from the staged site, ci/gpu/stage-vllm.sh)
+#            "warmup": where the fused sampling kernel compiles (vLLM 0.22.x): the patch's
+#            compile test on CUDA, then ci/gpu/warmup-compile.py without and with the plugin's
+#            compile_variants (WARMUP_ARGS), one JSON line each in $OUT/warmup-compile.jsonl
 #            "interpreter": the tests of what this project changes in Triton's interpreter, run
 #            under this image's Triton
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
@@ -148,6 +151,16 @@ if [[ " $PARTS " == *" sampler-e2e "* ]]; then
   python ci/gpu/sampler-e2e.py ${SAMPLER_E2E_ARGS:-} --json "$OUT/sampler-e2e.json" || e2e_rc=1
   python ci/gpu/sampler-e2e.py ${SAMPLER_E2E_ARGS:-} --tables compact --compare "$OUT/sampler-e2e.json" \
     --json "$OUT/sampler-e2e-compact.json" || e2e_rc=1
+fi
+if [[ " $PARTS " == *" warmup "* ]]; then
+  # where the fused sampling kernel compiles: the patch's own test on CUDA, then an engine without
+  # and with compile_variants
+  python -m pytest -q -p no:cacheprovider tests/test_sampler_mrv2_patch.py -k compile --require-cuda \
+    > "$OUT/warmup-test.log" 2>&1 || e2e_rc=1
+  tail -3 "$OUT/warmup-test.log"
+  for mode in --before ""; do
+    python ci/gpu/warmup-compile.py $mode ${WARMUP_ARGS:-} | tee -a "$OUT/warmup-compile.jsonl" || e2e_rc=1
+  done
 fi
 if [[ " $PARTS " == *" throughput "* ]]; then
   site=$(python -c "import vllm, pathlib; print(pathlib.Path(vllm.__file__).parents[1])")

@@ -107,15 +107,16 @@ def covered(sampler, sp) -> bool:
     return fused_covers(params, sampler.sampling_states.vocab_size, forces_thinking=False)
 
 
-def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
-    """(ids, processed logits or None) through the fused kernel, or None where the batch is not
-    one it vouches for."""
-    flags = sampler.__dict__.get("_hotpaths_fused")
+def loadable(sampler, logits) -> bool:
+    """Logits whose loads the fused kernel lays out as upstream's fp32 copy does (module docstring)."""
     vocab = sampler.sampling_states.vocab_size
-    if (flags is None or sampler.use_fp64_gumbel or logits.dim() != 2 or logits.shape[0] == 0
-            or logits.shape[1] != vocab or logits.dtype not in LOADED or logits.stride(1) != 1
-            or (logits.stride(0) % 16 == 0) != (vocab % 16 == 0) or not flags[idx_mapping_np].all()):
-        return None
+    return not (sampler.use_fp64_gumbel or logits.dim() != 2 or logits.shape[0] == 0 or logits.shape[1] != vocab
+                or logits.dtype not in LOADED or logits.stride(1) != 1
+                or (logits.stride(0) % 16 == 0) != (vocab % 16 == 0))
+
+
+def fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos) -> dict:
+    """`fast.fused_sample`'s arguments for this batch, read from vLLM's own state."""
     penalties = sampler.penalties_state
     table = table_of(penalties)
     if table is not None:
@@ -123,19 +124,53 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
     else:  # upstream's dense tables: a slot's row is the slot itself
         rows = sampler.__dict__.get("_hotpaths_slots")
         if rows is None:
-            rows = sampler._hotpaths_slots = torch.arange(flags.shape[0], dtype=torch.int32, device=logits.device)
+            rows = sampler._hotpaths_slots = torch.arange(sampler.sampling_states.max_num_reqs, dtype=torch.int32,
+                                                          device=logits.device)
         counts, prompt_bits = penalties.output_bin_counts, penalties.prompt_bin_mask
     source = logits
     if logits.device.type == "cpu" and logits.dtype != torch.float32:
         source = torch.empty_like(logits, dtype=torch.float32).copy_(logits)  # as fast.FusedSamplingPass.sample
     expanded = logits.shape[0] != idx_mapping_np.shape[0]
     states = sampler.sampling_states
-    return fused_sample(
-        source, expanded_idx_mapping, pos, expanded_local_pos, input_ids, states.temperature.gpu, states.seeds.gpu,
-        penalties.repetition_penalty.gpu, penalties.frequency_penalty.gpu, penalties.presence_penalty.gpu, rows,
-        counts, prompt_bits, noise=NOISE, raw=False, penalized=bool(np.any(penalties.use_penalty[idx_mapping_np])),
-        drafts=sampler.num_speculative_tokens if expanded else 0,
-        write=sampler.logprobs_mode == "processed_logprobs")
+    return dict(
+        logits=source, slots=expanded_idx_mapping, pos=pos, local_pos=expanded_local_pos, input_ids=input_ids,
+        temperature=states.temperature.gpu, seeds=states.seeds.gpu, repetition=penalties.repetition_penalty.gpu,
+        frequency=penalties.frequency_penalty.gpu, presence=penalties.presence_penalty.gpu, penalty_rows=rows,
+        counts=counts, prompt_bits=prompt_bits, noise=NOISE, raw=False,
+        penalized=bool(np.any(penalties.use_penalty[idx_mapping_np])),
+        drafts=sampler.num_speculative_tokens if expanded else 0, write=sampler.logprobs_mode == "processed_logprobs")
+
+
+def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
+    """(ids, processed logits or None) through the fused kernel, or None where the batch is not
+    one it vouches for."""
+    flags = sampler.__dict__.get("_hotpaths_fused")
+    if flags is None or not loadable(sampler, logits) or not flags[idx_mapping_np].all():
+        return None
+    return fused_sample(**fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
+                                          expanded_local_pos))
+
+
+def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos) -> int:
+    """On a sampler's first `sample` call (vLLM's warm-up, whose requests take upstream's path:
+    `SamplingParams.for_sampler_warmup` sets top-k, top-p, min_p and more), launch the fused kernel
+    once per variant this engine can meet, on the batch's first row, results dropped: with and
+    without penalties, without drafts and with the sampler's draft bound, the processed logits
+    written as its logprobs mode asks. Triton compiles each there, at start-up, and not on the
+    first requests it samples. Nothing is written but the launches' own outputs. Returns the
+    launches made (none on the CPU, where nothing is compiled)."""
+    if sampler.__dict__.get("_hotpaths_compiled") is not None:
+        return 0
+    sampler._hotpaths_compiled = 0
+    if logits.device.type != "cuda" or not loadable(sampler, logits):
+        return 0
+    first = dict(fused_arguments(sampler, logits[:1], expanded_idx_mapping[:1], idx_mapping_np[:1], pos[:1],
+                                 input_ids[:1], expanded_local_pos[:1]))
+    for drafts in sorted({0, sampler.num_speculative_tokens}):
+        for penalized in (False, True):
+            fused_sample(**{**first, "penalized": penalized, "drafts": drafts})
+            sampler._hotpaths_compiled += 1
+    return sampler._hotpaths_compiled
 
 
 def _bound_drafts(sampler) -> None:
@@ -159,6 +194,7 @@ def _install_sampler(sampler) -> None:
         _bound_drafts(self)
 
     def sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
+        compile_variants(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos)
         fused = fused_or_none(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
                               expanded_local_pos)
         if fused is not None:
