@@ -120,38 +120,53 @@ def test_apply_sampling_params_without_sample_counts_drafts_on_compact_rows():
 
 @pytest.mark.needs_cuda
 @pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
-def test_the_first_sample_call_compiles_what_the_fused_batches_launch():
-    """The patched sampler's first call (vLLM's warm-up) compiles the fused kernel's variants, so
-    the batches it samples afterwards (with and without a penalty) compile nothing: Triton's
-    in-memory cache of the kernel, emptied first, holds as many variants after them as before."""
+def test_the_first_sample_call_compiles_what_later_batches_launch():
+    """The patched sampler's first call (vLLM's start-up) compiles each kernel of the patch in
+    the variants the engine's later calls launch: fused batches with and without a penalty, a
+    penalized request's admission, a step's sampled tokens counted, the penalties on upstream's
+    path, with vLLM's own tensors. Triton's in-memory caches, emptied first, hold as many variants
+    after those calls as after the first one."""
     import torch
 
     from vllm_hotpaths import registry
     from vllm_hotpaths.logits_copy import RequestParams
-    from vllm_hotpaths.sampler_mrv2 import fast, patch
+    from vllm_hotpaths.sampler_mrv2 import fast, patch, penalty_tables
 
     if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
         pytest.skip("the patch is not written for the installed vLLM")
     patch.install_methods()
     vocab = 151_936
-    live = registry.get("sampler_mrv2").live_factory()(vocab, 4, "cuda")
+    with patch.penalty_tables("compact"):
+        live = registry.get("sampler_mrv2").live_factory()(vocab, 4, "cuda")
+    sampler = live.sampler
     live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
-    live.add_request(1, [3], [5], RequestParams(temperature=0.7, seed=4, presence_penalty=1.5))
     live.add_request(2, [4], [], RequestParams(temperature=1.0, seed=5, top_p=0.9))  # upstream's path
-    kernel = fast._fused_block_kernel
-    variants = lambda: sum(len(entry[0]) for entry in kernel.device_caches.values())  # noqa: E731
-    for entry in kernel.device_caches.values():
-        entry[0].clear()
+    kernels = (fast._fused_block_kernel, fast._penalties_kernel, penalty_tables._admit_kernel,
+               penalty_tables._count_sampled_kernel)
+    for kernel in kernels:
+        for entry in kernel.device_caches.values():
+            entry[0].clear()
+    variants = lambda: [sum(len(e[0]) for e in k.device_caches.values()) for k in kernels]  # noqa: E731
     logits = torch.randn(3, vocab, device="cuda", dtype=torch.bfloat16)
-    warmup = live.sampler_args(logits, [2, 0, 1], [0, 0, 0], [7, 8, 9], [2, 1, 2])
-    assert vllm_env.call(patch.fused_or_none, live.sampler, **warmup) is None  # top-p: not fused
-    launches = 2 * len({0, live.sampler.num_speculative_tokens})  # with and without penalties, per draft bound
-    assert vllm_env.call(patch.compile_variants, live.sampler, **warmup) == launches
+    warmup = live.sampler_args(logits[:2], [2, 0], [0, 0], [7, 8], [2, 1])
+    assert vllm_env.call(patch.fused_or_none, sampler, **warmup) is None  # top-p: not fused
+    launches = vllm_env.call(patch.compile_variants, sampler, **warmup)
+    assert launches == 2 * (1 + (sampler.num_speculative_tokens > 1)) + 3
     compiled = variants()
-    assert compiled == launches
-    assert vllm_env.call(patch.compile_variants, live.sampler, **warmup) == 0  # once per sampler
+    assert all(compiled), compiled
+    assert vllm_env.call(patch.compile_variants, sampler, **warmup) == 0  # once per sampler
+    live.add_request(1, [3], [5], RequestParams(temperature=0.7, seed=4, presence_penalty=1.5))
+    table, states = patch.table_of(sampler.penalties_state), sampler.penalties_state.req_states
+    i32 = dict(dtype=torch.int32, device="cuda")
+    table.admit(torch.tensor([1], **i32), states.all_token_ids.gpu, states.prompt_len.gpu, states.prefill_len.gpu, 2)
     for slots in ([0], [1], [0, 1]):
         rows = len(slots)
         args = live.sampler_args(logits[:rows].clone(), slots, [0] * rows, [7] * rows, [2] * rows)
-        assert vllm_env.call(patch.fused_or_none, live.sampler, **args) is not None
-        assert variants() == compiled, f"a fused batch of slots {slots} compiled a variant of its own"
+        assert vllm_env.call(patch.fused_or_none, sampler, **args) is not None
+    table.count_sampled(torch.tensor([0, 1], **i32), torch.tensor([[9], [11]], dtype=torch.int64, device="cuda"),
+                        torch.ones(2, **i32))
+    fast.penalize_in_place(logits[:2].float(), torch.tensor([1, 2], **i32), torch.zeros(2, **i32),
+                           torch.tensor([7, 8], **i32), sampler.penalties_state.repetition_penalty.gpu,
+                           sampler.penalties_state.frequency_penalty.gpu, sampler.penalties_state.presence_penalty.gpu,
+                           table, drafts=sampler.num_speculative_tokens)
+    assert variants() == compiled, f"later calls compiled variants of their own: {compiled} -> {variants()}"

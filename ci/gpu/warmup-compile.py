@@ -9,10 +9,12 @@ nothing comes from an earlier process. The plugin installs sampler_mrv2 as vLLM 
 validated record for this version written here: this script measures, it does not validate);
 `--before` replaces `compile_variants` by a no-op first (the plugin as it was).
 
-Reported, as one JSON line: the fused kernel's compiled variants after start-up, after a first
-`generate` of B seeded requests without a penalty and after one with presence 1.5 (each variant
-compiled is a Triton compile on a request's path), the wall time of those two first calls, and of
-the same two calls again.
+Reported, as one JSON line: the compiled variants of the patch's four kernels (fused pass,
+penalties on upstream's path, admission, sampled-token counts) after start-up, after a first
+`generate` of B seeded requests without a penalty, after one with presence 1.5 and after one with
+presence 1.5 and top-p 0.9 (upstream's path, the patch's tables); each variant compiled after
+start-up is a Triton compile on a request's path. And the wall time of those first calls and of
+the same calls again.
 
     python3 ci/gpu/warmup-compile.py [--before] [--batch 256] [--length 32]
 """
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     from vllm.inputs import TokensPrompt
 
     from vllm_hotpaths import plugin
-    from vllm_hotpaths.sampler_mrv2 import fast, patch
+    from vllm_hotpaths.sampler_mrv2 import fast, patch, penalty_tables
     from vllm_hotpaths.testing.throughput import KV_BYTES_PER_TOKEN, PROMPT_LEN, write_model
 
     if args.before:
@@ -68,12 +70,14 @@ def main(argv=None) -> int:
     if not plugin.installed().get("sampler_mrv2"):
         print("warmup-compile: the sampler_mrv2 patch is not installed", file=sys.stderr)
         return 1
-    kernel = fast._fused_block_kernel
-    counts = {"after start-up": compiled(kernel)}
+    kernels = (fast._fused_block_kernel, fast._penalties_kernel, penalty_tables._admit_kernel,
+               penalty_tables._count_sampled_kernel)
+    counts = {"after start-up": [compiled(k) for k in kernels]}
     prompts = [TokensPrompt(prompt_token_ids=[(7 * i + j) % 1000 for j in range(PROMPT_LEN)])
                for i in range(args.batch)]
     times = {}
-    for label, extra in (("no penalty", {}), ("presence 1.5", {"presence_penalty": 1.5})):
+    for label, extra in (("no penalty", {}), ("presence 1.5", {"presence_penalty": 1.5}),
+                         ("presence 1.5 and top-p 0.9", {"presence_penalty": 1.5, "top_p": 0.9})):
         params = [SamplingParams(temperature=1.0, seed=i, max_tokens=args.length, ignore_eos=True, **extra)
                   for i in range(args.batch)]
         for attempt in ("first", "again"):
@@ -83,7 +87,7 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             times[f"{label}, {attempt}"] = round(time.perf_counter() - begin, 3)
             if attempt == "first":
-                counts[f"after the first {label} generate"] = compiled(kernel)
+                counts[f"after the first {label} generate"] = [compiled(k) for k in kernels]
     print(json.dumps({"device": torch.cuda.get_device_name(), "vllm": vllm.__version__, "before": args.before,
                       "batch": args.batch, "length": args.length, "engine_start_s": round(start_s, 1),
                       "compiled_variants": counts, "generate_s": times}), flush=True)

@@ -152,12 +152,14 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
 
 
 def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos) -> int:
-    """On a sampler's first `sample` call (vLLM's warm-up, whose requests take upstream's path:
-    `SamplingParams.for_sampler_warmup` sets top-k, top-p, min_p and more), launch the fused kernel
-    once per variant this engine can meet, on the batch's first row, results dropped: with and
-    without penalties, without drafts and with the sampler's draft bound, the processed logits
-    written as its logprobs mode asks. Triton compiles each there, at start-up, and not on the
-    first requests it samples. Nothing is written but the launches' own outputs. Returns the
+    """On a sampler's first `sample` call (vLLM's start-up: its memory profiling, then its warm-up,
+    whose requests take upstream's path and get no penalty rows: `SamplingParams.for_sampler_warmup`
+    sets top-k, top-p and min_p), launch each of the patch's kernels once per variant this engine
+    can meet, on the batch's first row, so that Triton compiles them at start-up and not on the
+    first requests they serve: the fused kernel with and without penalties, without drafts and,
+    where speculative decoding is on (the sampler's bound, vLLM's `num_speculative_steps + 1`, is
+    then above 1), with the bound, the processed logits written as the logprobs mode asks; and with
+    compact tables their kernels (`compile_table_kernels`). Their results are dropped. Returns the
     launches made (none on the CPU, where nothing is compiled)."""
     if sampler.__dict__.get("_hotpaths_compiled") is not None:
         return 0
@@ -166,11 +168,39 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
         return 0
     first = dict(fused_arguments(sampler, logits[:1], expanded_idx_mapping[:1], idx_mapping_np[:1], pos[:1],
                                  input_ids[:1], expanded_local_pos[:1]))
-    for drafts in sorted({0, sampler.num_speculative_tokens}):
+    bounds = [0] + ([sampler.num_speculative_tokens] if sampler.num_speculative_tokens > 1 else [])
+    for drafts in bounds:
         for penalized in (False, True):
             fused_sample(**{**first, "penalized": penalized, "drafts": drafts})
             sampler._hotpaths_compiled += 1
+    sampler._hotpaths_compiled += compile_table_kernels(sampler, first, bounds)
     return sampler._hotpaths_compiled
+
+
+def compile_table_kernels(sampler, first: dict, bounds: list[int]) -> int:
+    """The compact tables' kernels (a penalized request's admission, each step's sampled tokens,
+    the penalties on the batches upstream samples), launched on a scratch table of one row with
+    vLLM's own token, length and penalty tensors as arguments, nothing admitted or counted: the
+    variants a penalized request will launch. None where the sampler keeps upstream's tables."""
+    table = table_of(sampler.penalties_state)
+    if table is None:
+        return 0
+    penalties, states = sampler.penalties_state, sampler.penalties_state.req_states
+    scratch = CompactCounts(table.vocab_size, table.max_num_reqs, table.device)
+    scratch.assign(0)
+    slot = torch.zeros(1, dtype=torch.int32, device=table.device)
+    prefill = states.prefill_len.gpu
+    scratch.admit(slot, states.all_token_ids.gpu, states.prompt_len.gpu, torch.zeros_like(prefill), 1)
+    launches = 1
+    for width in sorted({max(bound, 1) for bound in bounds}):  # a step's sampled tokens per request
+        scratch.count_sampled(slot, torch.zeros((1, width), dtype=torch.int64, device=table.device),
+                              torch.zeros(1, dtype=torch.int32, device=table.device))
+        launches += 1
+    logits = torch.zeros((1, table.vocab_size), dtype=torch.float32, device=table.device)
+    penalize_in_place(logits, slot, first["local_pos"], first["input_ids"], penalties.repetition_penalty.gpu,
+                      penalties.frequency_penalty.gpu, penalties.presence_penalty.gpu, scratch,
+                      drafts=sampler.num_speculative_tokens)
+    return launches + 1
 
 
 def _bound_drafts(sampler) -> None:
