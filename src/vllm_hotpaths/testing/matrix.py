@@ -497,11 +497,12 @@ def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: lis
               "that hot path as release X, in the same suite segment, so X's verdict stands for it. "
               "The rows that run no vLLM code (our fast path against our reference) ran once, where no "
               "vLLM is installed, and are part of every cell.", ""]
-    for runner in ("v1", "mrv2"):
+    titles = {"v1": "Model Runner v1", "mrv2": "Model Runner V2", "any": "The scheduler (both runners)"}
+    for runner, title in titles.items():
         names = [n for n in matrix.hotpaths if registry.get(n).runner == runner]
         if not names:
             continue
-        lines += [f"## Model Runner {'v1' if runner == 'v1' else 'V2'}", "",
+        lines += [f"## {title}", "",
                   "| release | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for version in chosen:
             cells = results.get(version, {}).get("hotpaths", {})
