@@ -1,8 +1,8 @@
 """`columnwise`: the same fields, each built by one comprehension over the batch instead of one
-loop doing seven appends, attribute reads and set lookups per request; and one
-`get_block_ids` call per distinct blocks object that has none (in a decode step nearly every
-request shares the manager's one empty `KVCacheBlocks`; its None is immutable, so sharing it
-is exact, while block-id lists are built per request, as upstream builds them).
+loop doing seven appends, attribute reads and set lookups per request; and no second
+`get_block_ids` call for the blocks object that last answered None (in a decode step nearly every
+request shares the KV cache manager's one empty `KVCacheBlocks`; None is immutable, so handing
+it on is exact, while every list of block ids is built per request, as upstream builds it).
 
 What it does not speed up it hands to its reference, which gives the same fields or raises the
 same error: a pipeline-parallel engine without async scheduling (tokens sent per request), a
@@ -41,10 +41,11 @@ class ColumnwiseCachedRequestData(CachedRequestData016):
         req_ids = [r.request_id for r in requests]
         try:
             resumed_ids = {r.request_id for r in resumed}
-            if self.refuses_resumed_scheduled_before and not previous.isdisjoint(resumed_ids):
-                raise KeyError
             blocks = [req_to_new_blocks[i] for i in req_ids]
-        except (KeyError, TypeError):  # the reference names the first problem, as it meets it
+            refused = self.refuses_resumed_scheduled_before and not previous.isdisjoint(resumed_ids)
+        except (KeyError, TypeError):
+            refused = True
+        if refused:  # the reference refuses with the first problem it meets, request by request
             return super().make(scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
         sends_history = not (self.history_for_v1_only and scheduler.use_v2_model_runner)
         return {
