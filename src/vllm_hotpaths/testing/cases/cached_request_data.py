@@ -131,18 +131,17 @@ def scheduler_of(step: ScheduledStep) -> SimpleNamespace:
                            prev_step_scheduled_req_ids=set(step.previous), use_v2_model_runner=step.use_v2_model_runner)
 
 
-def inputs_of(step: ScheduledStep, make_request=StandInRequest, make_blocks=StandInBlocks, shared_empty=None,
-              dropped: tuple[tuple[str, str], ...] = ()) -> Inputs:
-    """The step's arguments, its requests and blocks made by `make_request` / `make_blocks`
-    (`shared_empty`: the one object every SHARED_EMPTY request gets)."""
+def inputs_of(step: ScheduledStep, dropped: tuple[tuple[str, str], ...] = ()) -> Inputs:
+    """The step's arguments on stand-ins, every SHARED_EMPTY request given one empty blocks
+    object; `dropped`: (table, request id) entries left out."""
     num_groups = next((len(r.blocks) for r in step.requests if r.blocks != SHARED_EMPTY), 1)
-    shared = shared_empty if shared_empty is not None else make_blocks(((),) * num_groups)
-    requests = [make_request(r) for r in step.requests]
+    shared = StandInBlocks(((),) * num_groups)
+    requests = [StandInRequest(r) for r in step.requests]
     split = len(requests) - step.resumed
     tables = {
         "num_scheduled_tokens": {r.request_id: r.scheduled for r in step.requests},
         "spec_decode_tokens": {r.request_id: list(r.drafts) for r in step.requests if r.drafts},
-        "req_to_new_blocks": {r.request_id: shared if r.blocks == SHARED_EMPTY else make_blocks(r.blocks)
+        "req_to_new_blocks": {r.request_id: shared if r.blocks == SHARED_EMPTY else StandInBlocks(r.blocks)
                               for r in step.requests},
     }
     for table, request_id in dropped:
