@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vllm_hotpaths.testing.throughput import DEFAULT_MODEL_DIR
+
 
 def compiled(kernel) -> int:
     """The variants Triton holds compiled for `kernel` in this process (every device)."""
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
     parser.add_argument("--before", action="store_true", help="no compile_variants (the plugin before it)")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--length", type=int, default=32, help="generated tokens per request")
-    parser.add_argument("--model-dir", default="/tmp/vllm-hotpaths-warmup-model")
+    parser.add_argument("--model-dir", default=str(DEFAULT_MODEL_DIR) + "-warmup")
     args = parser.parse_args(argv)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ["VLLM_HOTPATHS"] = "sampler_mrv2"
