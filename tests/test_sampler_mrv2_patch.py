@@ -170,3 +170,24 @@ def test_the_first_sample_call_compiles_what_later_batches_launch():
                            sampler.penalties_state.frequency_penalty.gpu, sampler.penalties_state.presence_penalty.gpu,
                            table, drafts=sampler.num_speculative_tokens)
     assert variants() == compiled, f"later calls compiled variants of their own: {compiled} -> {variants()}"
+
+
+def test_a_failed_start_up_compile_is_logged_and_never_stops_the_engine(monkeypatch, caplog):
+    """compile_variants is a start-up optimization: where its launches fail, it logs why, the
+    sampler's call goes on, and it is not tried again (the kernels compile on first use)."""
+    from types import SimpleNamespace
+
+    from vllm_hotpaths.sampler_mrv2 import patch
+
+    def fail(*args):
+        raise RuntimeError("no such tensor")
+
+    monkeypatch.setattr(patch, "loadable", lambda sampler, logits: True)
+    monkeypatch.setattr(patch, "_launch_variants", fail)
+    sampler = SimpleNamespace()
+    logits = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    with caplog.at_level("WARNING", logger="vllm.vllm_hotpaths"):
+        assert patch.compile_variants(sampler, logits, None, None, None, None, None) == 0
+    assert "not compiled at start-up (RuntimeError: no such tensor)" in caplog.text
+    monkeypatch.setattr(patch, "_launch_variants", lambda *args: pytest.fail("tried again"))
+    assert patch.compile_variants(sampler, logits, None, None, None, None, None) == 0

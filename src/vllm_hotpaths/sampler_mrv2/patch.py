@@ -28,6 +28,7 @@ always, and only while penalized requests run. vLLM's start-up warm-up requests 
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 from contextlib import contextmanager
 
@@ -48,6 +49,7 @@ INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"
 PATCHED = ["Sampler.add_request", "Sampler.sample", "PenaltiesState.__init__", "PenaltiesState.add_request",
            "PenaltiesState.apply_staged_writes", "penalties.bincount", "penalties.apply_penalties", "post_update"]
 UPSTREAM: dict[str, object] = {}  # vLLM's own Sampler methods, for the properties' unpatched side
+logger = logging.getLogger("vllm.vllm_hotpaths")  # the plugin's logger (vLLM's own handler shows it)
 NOISE = (SamplerPass022.NOISE_LOG1P, SamplerPass022.NOISE_MURMUR3)
 LOADED = (torch.float32, torch.bfloat16, torch.float16)  # the kernel upcasts these as upstream's copy does
 # vLLM's kernel warm-up at start-up (v1/worker/gpu/warmup.py) admits `max_num_seqs` requests with
@@ -166,6 +168,15 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
     sampler._hotpaths_compiled = 0
     if logits.device.type != "cuda" or not loadable(sampler, logits):
         return 0
+    try:
+        _launch_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos)
+    except Exception as error:  # noqa: BLE001 - a start-up optimization must never stop the engine
+        logger.warning("vllm-hotpaths: sampler_mrv2's kernels were not compiled at start-up (%s: %s); they compile "
+                       "on first use", type(error).__name__, error)
+    return sampler._hotpaths_compiled
+
+
+def _launch_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
     first = dict(fused_arguments(sampler, logits[:1], expanded_idx_mapping[:1], idx_mapping_np[:1], pos[:1],
                                  input_ids[:1], expanded_local_pos[:1]))
     bounds = [0] + ([sampler.num_speculative_tokens] if sampler.num_speculative_tokens > 1 else [])
@@ -174,7 +185,6 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
             fused_sample(**{**first, "penalized": penalized, "drafts": drafts})
             sampler._hotpaths_compiled += 1
     sampler._hotpaths_compiled += compile_table_kernels(sampler, first, bounds)
-    return sampler._hotpaths_compiled
 
 
 def compile_table_kernels(sampler, first: dict, bounds: list[int]) -> int:
