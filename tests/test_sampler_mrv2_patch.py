@@ -1,13 +1,14 @@
-"""The sampler_mrv2 plugin patch on the installed vLLM's own sampler (CPU): what it leaves to the
-`sample` it replaced before any kernel runs, and the life of its compact penalty tables (their
-bytes, the warm-up exception). (Its equivalence with upstream is the patch law,
-`properties/test_patch.py`.)"""
+"""The sampler_mrv2 plugin patch on the installed vLLM's own sampler (CPU, in Triton's interpreter:
+on a GPU machine those tests skip): what it leaves to the `sample` it replaced before any kernel
+runs, and the life of its compact penalty tables (their bytes, the warm-up exception). (Its
+equivalence with upstream is the patch law, `properties/test_patch.py`.)"""
 
 import pytest
 
 from vllm_hotpaths import vllm_env
 
 
+@pytest.mark.needs_interpreter  # vLLM's Triton kernels on CPU tensors
 @pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
 def test_the_patch_leaves_logits_it_cannot_load_to_upstream():
     """Logits the kernel does not read as upstream's copy does (a view whose ids are not adjacent,
@@ -30,6 +31,7 @@ def test_the_patch_leaves_logits_it_cannot_load_to_upstream():
         assert vllm_env.call(patch.fused_or_none, live.sampler, **{**args, "logits": logits}) is None
 
 
+@pytest.mark.needs_interpreter  # vLLM's Triton kernels on CPU tensors
 @pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
 def test_the_patched_penalty_tables_hold_rows_only_for_penalized_requests():
     """vLLM's PenaltiesState under the patch: no bytes until a penalized request is admitted,
@@ -70,6 +72,7 @@ def test_the_patched_penalty_tables_hold_rows_only_for_penalized_requests():
     assert table.nbytes == dense_bytes
 
 
+@pytest.mark.needs_interpreter  # vLLM's Triton kernels on CPU tensors
 @pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
 def test_vllm_warm_up_requests_get_no_penalty_rows(monkeypatch):
     """vLLM's kernel warm-up admits `max_num_seqs` penalized requests named "_warmup_{i}_" at
@@ -89,6 +92,7 @@ def test_vllm_warm_up_requests_get_no_penalty_rows(monkeypatch):
     assert live.sampler.penalties_state.use_penalty[0] and table.nbytes == 0 and table.row_of[0] == -1
 
 
+@pytest.mark.needs_interpreter  # vLLM's Triton kernels on CPU tensors
 @pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
 def test_apply_sampling_params_without_sample_counts_drafts_on_compact_rows():
     """vLLM's rejection sampler calls `Sampler.apply_sampling_params` directly, never `sample`:

@@ -41,6 +41,45 @@ def test_summary_gives_medians_ranges_pair_ratios_and_whether_ids_agree():
     assert "equal" in throughput.report([row], {"device": "d", "vllm": "v", "torch": "t", "patched": [], "runner": "mrv2"})
 
 
+def test_a_runs_median_step_is_not_moved_by_a_slow_first_step():
+    quick = throughput.step_times([0.0, 0.010, 0.020, 0.031, 0.041])
+    slow_prefill = throughput.step_times([0.0, 0.900, 0.910, 0.921, 0.931])
+    assert quick["steps"] == slow_prefill["steps"] == 5
+    assert quick["step_ms"] == pytest.approx(10.0) and slow_prefill["step_ms"] == pytest.approx(10.5)
+    assert slow_prefill["step_ms_p90"] > 600  # the slow step shows in the tail
+    assert throughput.step_times([0.0])["step_ms"] is None
+
+
+def test_steal_time_is_read_from_the_cpu_line_and_none_where_absent():
+    tick = os.sysconf("SC_CLK_TCK")
+    assert throughput.steal_seconds(f"cpu  1 2 3 4 5 6 7 {3 * tick} 0 0\ncpu0 1 2 3 4 5 6 7 8") == 3.0
+    assert throughput.steal_seconds("cpu  1 2 3 4 5 6 7") is None
+    assert throughput.steal_seconds("intr 1 2 3 4 5 6 7 8 9") is None
+
+
+def test_step_pairs_compare_each_turns_median_steps():
+    shape = {"name": "B=10", "batch": 10, "presence": 0.0, "tokens": 256}
+    runs = {"upstream": [dict(run_of(1.0), step_ms=50.0), dict(run_of(1.0), step_ms=40.0)],
+            "plugin": [dict(run_of(1.0), step_ms=25.0), dict(run_of(1.0), step_ms=50.0)]}
+    row = throughput.summarize(shape, runs)
+    assert row["step_ms"]["upstream"] == {"median": 45.0, "min": 40.0, "max": 50.0, "n": 2}
+    assert row["step_pairs"]["min"] == 0.8 and row["step_pairs"]["max"] == 2.0
+    assert "0.800-2.000" in throughput.report([row], {"device": "d", "vllm": "v", "torch": "t", "patched": [],
+                                                      "runner": "mrv2"})
+    runs["plugin"][1] = run_of(1.0)  # a run without step times: no step columns
+    assert "step_ms" not in throughput.summarize(shape, runs)
+
+
+def test_cpus_are_parsed_as_ranges_and_refused_beyond_the_machine(monkeypatch):
+    assert throughput.cpu_list("0") == [0]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert throughput.cpu_list("2-4,7") == [2, 3, 4, 7]
+    with pytest.raises(Exception, match="cannot use"):
+        throughput.cpu_list("6-9")
+    with pytest.raises(Exception, match="2-9 or 2,4,6"):
+        throughput.cpu_list("two")
+
+
 def test_every_request_has_its_own_seed_and_both_sides_get_the_same_prompts():
     shape = throughput.shapes([4], [1.5], 8)[0]
     prompts, params = throughput.requests(shape, 100)
@@ -75,6 +114,7 @@ def parsed(monkeypatch, *argv):
     (["--runs", "0"], "must be positive"),
     (["--presence", "-1"], ">= 0"),
     (["--windows", "1:x"], "START:SECONDS"),
+    (["--cpus", "a-b"], "--cpus takes cores"),
 ])
 def test_bad_options_are_refused_with_the_reason(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -13,6 +13,13 @@ batch); then they take turns: each run is one whole `generate` of B requests x T
 run and from shape to shape, so a drift over minutes weighs on both alike. Every request has
 its own seed, so every run of a shape draws the same ids on both sides: all must be equal.
 
+Besides a run's tokens per second, each engine records when each of its steps' outputs reached the
+front end: the median step of a run is not moved by a few slow steps (a pause of the host, a
+garbage collection), where the run's total is. The parent reads the machine's steal time (CPU time
+the hypervisor gave to others, /proc/stat) around each run, and times a fixed Python loop just
+before it (the host's speed then). `--cpus` pins both engines, with their
+engine-core processes, to the same cores (they never run at once).
+
 The model's config is written to a fixed folder (`--model-dir`): its path is part of
 torch.compile's cache key, so a fresh folder would recompile in every process.
 
@@ -78,6 +85,18 @@ def requests(shape: dict, vocab: int) -> tuple[list[list[int]], list[dict]]:
     return prompts, params
 
 
+def run_line(result: dict) -> str:
+    """One run as the parent prints it."""
+    line = f"{result['tokens'] / result['seconds']:,.0f} tok/s"
+    if result.get("step_ms") is not None:
+        line += f", median step {result['step_ms']:.2f} ms (p90 {result['step_ms_p90']:.2f}, {result['steps']} steps)"
+    if result.get("steal_s") is not None:
+        line += f", steal {result['steal_s']:.2f} s"
+    if result.get("probe_ms") is not None:
+        line += f", host probe {result['probe_ms']:.2f} ms"
+    return line
+
+
 def ids_digest(ids: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
 
@@ -86,31 +105,80 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def step_times(stamps: list[float]) -> dict:
+    """A run's steps from the times its outputs reached the front end (`LLMEngine.step` returning):
+    how many, and the median and 90th percentile of the gaps in ms (the first gap holds the
+    prefill; the median is not moved by it)."""
+    gaps = np.diff(np.asarray(stamps, dtype=np.float64)) * 1e3
+    if gaps.size == 0:
+        return {"steps": len(stamps), "step_ms": None, "step_ms_p90": None}
+    return {"steps": len(stamps), "step_ms": float(np.median(gaps)), "step_ms_p90": float(np.percentile(gaps, 90))}
+
+
+def probe_ms(repeats: int = 5) -> float:
+    """The host's single-thread speed now: the fastest of a few timings of a fixed pure-Python
+    loop (about 10 ms), taken by the parent just before each run; it moves with the core's clock
+    and with whatever else the machine's hardware is serving."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total = 0
+        for i in range(100_000):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def steal_seconds(stat: str | None = None) -> float | None:
+    """The machine's steal time so far (the `cpu` line of /proc/stat, in USER_HZ), None where not
+    readable (not Linux, or a kernel without the field)."""
+    try:
+        text = stat if stat is not None else Path("/proc/stat").read_text()
+        fields = text.splitlines()[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" and len(fields) > 8 else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def summarize(shape: dict, runs: dict[str, list[dict]]) -> dict:
     """One shape's tokens per second per side (median, range), the plugin / upstream ratio of the
-    medians and of each pair (the two runs of one turn), and whether every run drew the same ids."""
+    medians and of each pair (the two runs of one turn), and whether every run drew the same ids;
+    where the runs carry step times, the median step per side (over the runs' medians) and each
+    pair's upstream / plugin ratio of median steps (above 1: the plugin's steps are shorter)."""
     rates = {side: [r["tokens"] / r["seconds"] for r in runs[side]] for side in SIDES}
     pairs = [p / u for u, p in zip(rates["upstream"], rates["plugin"])]
     digests = {r["ids"] for side in SIDES for r in runs[side]}
-    return {"shape": shape["name"], **{side: spread(rates[side]) for side in SIDES},
-            "ratio": statistics.median(rates["plugin"]) / statistics.median(rates["upstream"]),
-            "pairs": spread(pairs), "ids_equal": len(digests) == 1,
-            "ms_per_step": {side: statistics.median(r["seconds"] for r in runs[side]) / shape["tokens"] * 1e3
-                            for side in SIDES}}
+    row = {"shape": shape["name"], **{side: spread(rates[side]) for side in SIDES},
+           "ratio": statistics.median(rates["plugin"]) / statistics.median(rates["upstream"]),
+           "pairs": spread(pairs), "ids_equal": len(digests) == 1,
+           "ms_per_step": {side: statistics.median(r["seconds"] for r in runs[side]) / shape["tokens"] * 1e3
+                           for side in SIDES}}
+    steps = {side: [r.get("step_ms") for r in runs[side]] for side in SIDES}
+    if all(ms is not None for side in SIDES for ms in steps[side]):
+        row["step_ms"] = {side: spread(steps[side]) for side in SIDES}
+        row["step_pairs"] = spread([u / p for u, p in zip(steps["upstream"], steps["plugin"])])
+    return row
 
 
 def report(rows: list[dict], meta: dict) -> str:
     lines = [f"{meta['device']}, vLLM {meta['vllm']}, torch {meta['torch']}; plugin patched: "
              f"{', '.join(meta['patched']) or 'nothing'}; runner {meta['runner']}", "",
              "| shape | upstream tok/s, median (range) | plugin tok/s, median (range) | plugin / upstream "
-             "| pairs: median (range) | ms per step (up / plugin) | ids |",
-             "|---|---|---|---|---|---|---|"]
+             "| pairs: median (range) | ms per step (up / plugin) | median step ms, up / plugin (ranges) "
+             "| pairs by median step: up / plugin | ids |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         u, p, q = row["upstream"], row["plugin"], row["pairs"]
+        if "step_ms" in row:
+            su, sp, sq = row["step_ms"]["upstream"], row["step_ms"]["plugin"], row["step_pairs"]
+            steps = (f"{su['median']:.2f} / {sp['median']:.2f} ({su['min']:.2f}-{su['max']:.2f} / "
+                     f"{sp['min']:.2f}-{sp['max']:.2f}) | {sq['median']:.3f} ({sq['min']:.3f}-{sq['max']:.3f})")
+        else:
+            steps = "- | -"
         lines.append(f"| {row['shape']} | {u['median']:,.0f} ({u['min']:,.0f}-{u['max']:,.0f}) | "
                      f"{p['median']:,.0f} ({p['min']:,.0f}-{p['max']:,.0f}) | {row['ratio']:.3f} | "
                      f"{q['median']:.3f} ({q['min']:.3f}-{q['max']:.3f}), {q['n']} pairs | "
-                     f"{row['ms_per_step']['upstream']:.1f} / {row['ms_per_step']['plugin']:.1f} | "
+                     f"{row['ms_per_step']['upstream']:.1f} / {row['ms_per_step']['plugin']:.1f} | {steps} | "
                      f"{'equal' if row['ids_equal'] else 'DIFFER'} |")
     return "\n".join(lines)
 
@@ -140,6 +208,8 @@ def serve(folder: Path) -> None:
     from vllm.inputs import TokensPrompt
 
     spec = json.loads((folder / "spec.json").read_text())
+    if spec.get("cpus"):  # before vLLM starts its engine-core process, which inherits it
+        os.sched_setaffinity(0, spec["cpus"])
     kwargs = dict(spec["engine"])
     if spec.get("profile_dir"):  # inert until start_profile (vLLM makes the profiler then)
         kwargs["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": spec["profile_dir"],
@@ -150,6 +220,15 @@ def serve(folder: Path) -> None:
     from vllm_hotpaths import plugin, runners
 
     vocab = llm.llm_engine.model_config.get_vocab_size()
+    stamps: list[float] = []
+    engine_step = llm.llm_engine.step
+
+    def timed_step():  # LLM.generate calls llm_engine.step() once per engine step's outputs
+        outputs = engine_step()
+        stamps.append(time.perf_counter())
+        return outputs
+
+    llm.llm_engine.step = timed_step
 
     def generate(shape: dict, max_tokens: int | None = None) -> tuple[float, list[list[int]]]:
         prompts, params = requests(shape, vocab)
@@ -157,6 +236,7 @@ def serve(folder: Path) -> None:
             params = [dict(p, max_tokens=max_tokens) for p in params]
         torch.cuda.synchronize()
         start = time.perf_counter()
+        stamps[:] = [start]
         outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                                [SamplingParams(**p) for p in params], use_tqdm=False)
         torch.cuda.synchronize()
@@ -167,6 +247,7 @@ def serve(folder: Path) -> None:
         generate(shape, max_tokens=16)
     meta = {"vllm": vllm.__version__, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
             "patched": plugin.installed(), "runner": runners.runner_of(llm.llm_engine.vllm_config),
+            "cpus": sorted(os.sched_getaffinity(0)),
             "startup_s": warm - began, "warmup_s": time.perf_counter() - warm}
     (folder / "ready.json").write_text(json.dumps(meta))
     number, parent = 0, os.getppid()
@@ -182,7 +263,7 @@ def serve(folder: Path) -> None:
             result = profile_run(llm, generate, shape, Path(ask["profile"]), spec)
         else:
             seconds, ids = generate(shape)
-            result = {"seconds": seconds, "tokens": sum(map(len, ids)), "ids": ids_digest(ids)}
+            result = {"seconds": seconds, "tokens": sum(map(len, ids)), "ids": ids_digest(ids), **step_times(stamps)}
             keep = folder / f"ids-{ask['shape']}.json"
             if not keep.exists():
                 keep.write_text(json.dumps(ids))
@@ -285,7 +366,7 @@ def run(args) -> int:
         return 2
     root = Path(args.out).resolve()
     shape_list = shapes(args.batch, args.presence, args.tokens)
-    spec = {"engine": engine_kwargs(args), "shapes": shape_list}
+    spec = {"engine": engine_kwargs(args), "shapes": shape_list, "cpus": args.cpus}
     if args.profile:
         spy = args.py_spy or shutil.which("py-spy")
         if spy is None:
@@ -304,10 +385,13 @@ def run(args) -> int:
         for run_number in range(args.runs):
             for number, shape in enumerate(shape_list):
                 for side in order(run_number, number):
+                    probe, steal = probe_ms(), steal_seconds()
                     result = engines[side].ask({"shape": number}, args.timeout)
+                    result["probe_ms"] = probe
+                    if steal is not None:
+                        result["steal_s"] = steal_seconds() - steal
                     runs[number][side].append(result)
-                    print(f"throughput: run {run_number + 1}, {shape['name']}, {side}: "
-                          f"{result['tokens'] / result['seconds']:,.0f} tok/s", flush=True)
+                    print(f"throughput: run {run_number + 1}, {shape['name']}, {side}: {run_line(result)}", flush=True)
         profiles = {}
         if args.profile:
             for number, shape in enumerate(shape_list):
@@ -354,6 +438,22 @@ def window(text: str) -> tuple[float, int]:
     return value
 
 
+def cpu_list(text: str) -> list[int]:
+    """`2-9,12` as [2, ..., 9, 12]: cores this machine has."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cpus takes cores like 2-9 or 2,4,6, got {text!r}") from None
+    available = os.sched_getaffinity(0)
+    if not cpus or not cpus <= available:
+        raise argparse.ArgumentTypeError(f"--cpus {text!r} names cores this process cannot use "
+                                         f"(it can use {min(available)}-{max(available)}, {len(available)} cores)")
+    return sorted(cpus)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024], help="requests per generate")
     parser.add_argument("--presence", type=float, nargs="+", default=[0.0, 1.5], help="presence penalties")
@@ -366,6 +466,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", help="attention backend, e.g. TRITON_ATTN (not given: vLLM chooses)")
     parser.add_argument("--engine-arg", action="append", metavar="KEY=JSON",
                         help="another LLM keyword argument, e.g. compilation_config={\"max_cudagraph_capture_size\":1024}")
+    parser.add_argument("--cpus", type=cpu_list, help="pin both engines to these cores, e.g. 2-9 or 2,4,6 (default: not pinned)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds an engine may take for one step")
     parser.add_argument("--out", default="throughput-out", help="folder of the engines' files and the results")
     parser.add_argument("--profile", action="store_true", help="then profile one run per side and shape")
