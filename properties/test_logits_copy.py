@@ -1,10 +1,11 @@
 """Logits copy: what the generic laws do not cover (those run `testing.cases.logits_copy.LogitsCopyChecks`).
 
-Every setting next to a boundary of the "needs processing" rule, alone in its batch: candidate ==
-frozen reference (processed logits, bit for bit after upcasting to fp32; the caller's logits never
-written) and reference == the installed vLLM's Model Runner v2 sampler (processed logits and the
-ids its Gumbel sampler draws from them with the requests' seeds); and vLLM's Gumbel sampler draws
-the same ids from the candidate's output as from the reference's.
+Every setting next to a boundary of the "needs processing" rule, alone in its batch, and every
+pair of knobs off neutral in one request (where the order of two processing steps shows):
+candidate == frozen reference (processed logits, bit for bit after upcasting to fp32; the caller's
+logits never written) and reference == the installed vLLM's Model Runner v2 sampler (processed
+logits and the ids its Gumbel sampler draws from them with the requests' seeds); and vLLM's Gumbel
+sampler draws the same ids from the candidate's output as from the reference's.
 
 The reference's kernels are Triton: CPU cases run in Triton's interpreter (a process with
 TRITON_INTERPRET=1, which is every process on a machine without a GPU), CUDA cases compiled.
@@ -18,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strategies import logits_programs
-from strategies.logits_copy import BOUNDARY_SETTINGS, boundary_cases
+from strategies.logits_copy import BOUNDARY_SETTINGS, KNOB_PAIRS, boundary_cases, pair_programs
 from properties import committed_examples
 from vllm_hotpaths import registry, vllm_env
 from vllm_hotpaths.testing import drift, ledger
@@ -43,6 +44,20 @@ def test_candidate_matches_reference_at_each_boundary(knob, value, data, candida
     check_candidate(program, candidate, device)
 
 
+PAIR_IDS = [f"{a}+{b}" for a, b in KNOB_PAIRS]
+
+
+@pytest.mark.check("equivalence")
+@pytest.mark.parametrize("pair", KNOB_PAIRS, ids=PAIR_IDS)
+@given(data=st.data())
+@settings(max_examples=max(3, settings.default.max_examples // 50))
+def test_candidate_matches_reference_for_each_pair_of_knobs(pair, data, candidate, device, case_log):
+    """Every pair of knobs off neutral together in one request, beside another or alone."""
+    program = data.draw(pair_programs(pair), label="case")
+    case_log.record(program)
+    check_candidate(program, candidate, device)
+
+
 def check_candidate(program: LogitsProgram, candidate, device) -> None:
     """The equivalence law's comparison (the whole batch, then each request alone)."""
     name, factory, version = candidate
@@ -63,6 +78,21 @@ def test_reference_matches_installed_vllm_at_each_boundary(knob, value, data, ca
     """The same at every boundary setting, where an off-by-one in a position or a threshold
     shows (min_tokens ending within a request's draft rows, a bad word's prefix among them)."""
     program = data.draw(boundary_cases(knob, value), label="case").program()
+    case_log.record(program)
+    check_reference_conforms(program, case_log)
+
+
+@pytest.mark.check("conformance")
+@pytest.mark.needs_vllm
+@pytest.mark.needs_interpreter
+@pytest.mark.parametrize("pair", KNOB_PAIRS, ids=PAIR_IDS)
+@given(data=st.data())
+@settings(max_examples=max(10, settings.default.max_examples // 15))
+def test_reference_matches_installed_vllm_for_each_pair_of_knobs(pair, data, case_log):
+    """The same for every pair of knobs off neutral in one request: a reference applying two of
+    vLLM's processing steps in the other order differs here (the bias and the penalties, the
+    temperature and min_p, ...)."""
+    program = data.draw(pair_programs(pair), label="case")
     case_log.record(program)
     check_reference_conforms(program, case_log)
 

@@ -19,7 +19,7 @@ edges; top_k takes those edges too.
 
 from __future__ import annotations
 
-from itertools import cycle, islice
+from itertools import combinations, cycle, islice
 
 import numpy as np
 from hypothesis import strategies as st
@@ -192,10 +192,112 @@ def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: 
                         draw(st.sampled_from((0.0, 0.3))), edits))
     if not any(op[0] == "step" for op in ops) and live:
         ops.append(("step", ((min(live), ()),), 0, 0.0, ()))
+    if slots >= 2 and draw(st.integers(0, 3)) == 0:  # one program in four, built (below)
+        ops.extend(_a_needy_request_left(draw, vocab, slots, live, neutral_only, seeds,
+                                         st.lists(edit, max_size=4).map(tuple)))
     marker = st.lists(ids, min_size=1, max_size=2).map(tuple)
     reasoning = draw(st.one_of(st.none(), st.tuples(marker, marker, marker),
                                st.tuples(marker, marker, st.just(()))))  # the last: not enabled
     return LogitsProgram(vocab, slots, draw(st.sampled_from(DTYPES)), tuple(ops), reasoning)
+
+
+# Knobs whose every off-neutral value changes logits a step sees (a greedy request's too).
+CHANGING_KNOBS = ("temperature", "repetition_penalty", "logit_bias")
+
+
+def _a_needy_request_left(draw, vocab, slots, live: set, neutral_only, seeds, edits) -> list[tuple]:
+    """Two requests that need processing admitted one after the other, the first removed, then a
+    step holding the second (and perhaps others still live): where bookkeeping of which requests
+    still need processing goes wrong once others leave. Slots the two take are freed first.
+    Updates `live`."""
+    ids = _token_ids(vocab)
+    first, second = draw(st.permutations(range(slots)))[:2]
+    ops = [("remove", slot) for slot in (first, second) if slot in live]
+    live -= {first, second}
+    knobs = _knobs(vocab)
+    for slot in (first, second):
+        name = draw(st.sampled_from([k for k in CHANGING_KNOBS if k not in neutral_only]))
+        params = {"temperature": draw(st.sampled_from((1.0, 0.0))), **dict(draw(knobs[name][1])),
+                  "seed": draw(seeds)}
+        ops.append(("add", slot, draw(st.lists(ids, min_size=1, max_size=6).map(tuple)),
+                    draw(st.lists(ids, max_size=6).map(tuple)), tuple(params.items())))
+    ops.append(("remove", first))
+    live.add(second)
+    others = draw(st.lists(st.sampled_from(sorted(live - {second})), unique=True)) if len(live) > 1 else []
+    batch = tuple((slot, ()) for slot in draw(st.permutations([second, *others])))
+    ops.append(("step", batch, draw(st.integers(0, 2 ** 32 - 1)), draw(st.sampled_from((0.0, 0.3))), draw(edits)))
+    return ops
+
+
+# -- two knobs off neutral in one request -------------------------------------------------------
+KNOB_PAIRS = tuple(combinations(KNOBS, 2))
+SAMPLING_ONLY = {"top_k", "top_p", "min_p"}
+# Values off the dyadic grid besides each knob's boundary values: two steps applied in the other
+# order round differently far more often with them (x - 0.5 - 2 is x - 2 - 0.5 for most x).
+# And thresholds that cut within a small vocabulary, so that what one of min_p and top-p removes
+# moves what the other keeps.
+PAIR_VALUES = {"temperature": (1.3,), "repetition_penalty": (1.2, 0.8),
+               "frequency_penalty": (0.3, -0.7, 1.2), "presence_penalty": (0.3, -0.7, 1.2),
+               "min_p": (0.2, 0.5), "top_p": (0.3, 0.7)}
+
+
+def pair_label(pair: tuple[str, str]) -> str:
+    return f"{pair[0]} and {pair[1]} off neutral in one request"
+
+
+FLAT_ROW_VOCAB = 64
+MODERATE_LOGITS = (-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
+
+
+def _flat_row(vocab: int) -> st.SearchStrategy[tuple]:
+    """Edits giving every lane of one row a moderate logit: the seeded rows (normal, scale 4) put
+    nearly all the probability on one id, where min_p, top-p and top-k cut the same ids in any
+    order; a flatter row has the middling ids an order of two of them keeps or cuts."""
+    return st.tuples(st.integers(0, 15), st.lists(st.sampled_from(MODERATE_LOGITS), min_size=vocab,
+                                                  max_size=vocab)).map(
+        lambda row_values: tuple((row_values[0], lane, v) for lane, v in enumerate(row_values[1])))
+
+
+@st.composite
+def pair_programs(draw, pair: tuple[str, str], vocabs: tuple[int, ...] = SMALL_VOCABS, seeds=SEEDS,
+                  neutral_only: tuple[str, ...] = ()) -> LogitsProgram:
+    """One request with both knobs of `pair` off neutral (each at one of its boundary values or of
+    `PAIR_VALUES`, sampled or greedy), alone or beside a request of `request_params` (`neutral_only`, `seeds`: as
+    there); a step, its request's
+    tokens appended, and often another step (penalties then count them), rows with drafts unless
+    the request holds the longest bad-words list; in a small vocabulary a step's logits are, one
+    time in two, a row of moderate values (`_flat_row`). Where the knobs are applied by two processing
+    steps, a request like this is where their order shows."""
+    # top-k cuts nothing from one or two ids; top-k, top-p and min_p leave a greedy request alone
+    vocab = draw(st.sampled_from([v for v in vocabs if v >= 3] if "top_k" in pair else vocabs))
+    knobs, ids = _knobs(vocab), _token_ids(vocab)
+    params = {"temperature": 1.0 if SAMPLING_ONLY & set(pair) else draw(st.sampled_from((1.0, 0.0)))}
+    for name in pair:
+        values = st.sampled_from(PAIR_VALUES.get(name, ())).map(lambda v, name=name: ((name, v),))
+        params.update(draw(st.one_of(knobs[name][1], values) if name in PAIR_VALUES else knobs[name][1]))
+    params["seed"] = draw(seeds)
+    note(pair_label(pair))
+    tokens = st.lists(ids, max_size=6).map(tuple)
+    prompts = st.lists(ids, min_size=1, max_size=6).map(tuple)
+    ops = [("add", 0, draw(prompts), draw(tokens), tuple(params.items()))]
+    slots = draw(st.integers(1, 2))
+    if slots == 2:
+        ops.append(("add", 1, draw(prompts), draw(tokens), draw(request_params(vocab, neutral_only, seeds))))
+    longest = len(params.get("bad_words", ())) == MAX_LIST_LENGTHS["bad_words"]
+    drafts = st.just(()) if longest else st.one_of(st.just(()), st.lists(ids, min_size=1, max_size=3).map(tuple))
+    edits = st.lists(st.tuples(st.integers(0, 15), ids, st.sampled_from(SPECIAL_LOGITS)), max_size=2).map(tuple)
+    if vocab <= FLAT_ROW_VOCAB:
+        edits = st.one_of(edits, _flat_row(vocab))
+    for number in range(draw(st.integers(1, 2))):
+        if number:
+            ops.append(("append", 0, draw(tokens)))
+        batch = tuple((slot, draw(drafts)) for slot in draw(st.permutations(range(slots))))
+        ops.append(("step", batch, draw(st.integers(0, 2 ** 32 - 1)), draw(st.sampled_from((0.0, 0.3))), draw(edits)))
+    marker = st.lists(ids, min_size=1, max_size=2).map(tuple)
+    reasoning = draw(st.tuples(marker, marker, marker) if "thinking_token_budget" in pair else
+                     st.one_of(st.none(), st.tuples(marker, marker, marker)))
+    # fp32 half the time: its logits carry the low bits in which an order of two steps shows
+    return LogitsProgram(vocab, slots, draw(st.sampled_from(("float32", *DTYPES))), tuple(ops), reasoning)
 
 
 # -- one request at one boundary -----------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from strategies.logits_copy import SEEDS, bad_input_cases, logits_programs
+from strategies.logits_copy import SEEDS, bad_input_cases, logits_programs, pair_programs
 from vllm_hotpaths.testing.cases.logits_copy import BadInputCase
 
 VOCABS = (1, 5, 17, 1024, 1025, 2047, 3072, 3000)
@@ -23,9 +23,17 @@ BLOCK = 1024  # the sampler's block of ids
 FUSED_KNOBS = ("temperature", "repetition_penalty", "frequency_penalty", "presence_penalty")
 
 
+UNSTATED = ("top_k", "top_p")
+
+
 def sampler_programs():
-    return logits_programs(vocabs=VOCABS, neutral_only=("top_k", "top_p"), seeds=sampler_seeds(), nan_block=BLOCK,
+    return logits_programs(vocabs=VOCABS, neutral_only=UNSTATED, seeds=sampler_seeds(), nan_block=BLOCK,
                            narrow=FUSED_KNOBS)
+
+
+def sampler_pair_programs(pair: tuple[str, str]):
+    """Both knobs of `pair` off neutral in one request, beside another or alone."""
+    return pair_programs(pair, vocabs=VOCABS, seeds=sampler_seeds(), neutral_only=UNSTATED)
 
 
 # What the sampling pass refuses at its step beyond what `logits_copy` refuses: the random seed

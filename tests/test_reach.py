@@ -59,3 +59,48 @@ def test_the_quality_page_lists_every_boundary():
     for name in CHECKED:
         for label in registry.get(name).make_checks().boundaries:
             assert label in page, f"docs/quality.md#reach does not list {name}'s {label!r}"
+
+
+def off_neutral(knob: str, params: dict, vocab: int) -> bool:
+    """Whether `knob` alone, as set in `params` (with the request's temperature, other knobs
+    neutral), changes some logit by the needs-processing rule."""
+    from vllm_hotpaths.logits_copy import RequestParams, needs_processing
+
+    fields = {"min_tokens": ("min_tokens", "stop_token_ids")}.get(knob, (knob,))
+    alone = RequestParams(**{"temperature": params["temperature"], **{f: params[f] for f in fields if f in params}})
+    return needs_processing(alone.checked(vocab), vocab, forces_thinking=True)
+
+
+@pytest.mark.parametrize("hotpath", ["logits_copy", "sampler_mrv2"])
+def test_a_ci_draw_of_each_pair_sets_both_knobs_off_neutral_in_one_request(hotpath):
+    """The pair properties (properties/test_logits_copy.py, test_sampler_mrv2.py) draw, for
+    every pair of knobs, requests with both off neutral: counted by their reach label in a
+    derandomized `ci` draw of as many examples as the pair property takes there."""
+    from collections import Counter
+
+    from hypothesis import given, settings
+
+    from strategies.logits_copy import KNOB_PAIRS, pair_label, pair_programs
+    from strategies.sampler_mrv2 import FUSED_KNOBS, sampler_pair_programs
+    from vllm_hotpaths.testing.cases import collecting
+    from vllm_hotpaths.testing.laws import reach_settings
+
+    if hotpath == "logits_copy":
+        pairs, strategy, examples = KNOB_PAIRS, pair_programs, 3  # the fewer of its two properties' examples
+    else:
+        pairs, strategy, examples = [p for p in KNOB_PAIRS if set(p) <= set(FUSED_KNOBS)], sampler_pair_programs, 10
+    counts: Counter[str] = Counter()
+    for pair in pairs:
+        with collecting() as seen:
+            @settings(reach_settings("ci"), max_examples=examples)
+            @given(strategy(pair))
+            def draw(program):
+                params = dict(program.ops[0][4])
+                if all(off_neutral(knob, params, program.vocab_size) for knob in pair):
+                    counts.update(seen & {pair_label(pair)})
+                seen.clear()
+
+            draw()
+    missed = [pair for pair in pairs if counts[pair_label(pair)] == 0]
+    assert not missed, f"{hotpath}: no request of a ci draw had both knobs off neutral for {missed}"
+    assert len(counts) == len(pairs)

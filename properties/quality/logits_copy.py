@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from vllm_hotpaths.logits_copy.fast import SkipUnprocessed, SkipUnprocessed028, needs_processing
+from vllm_hotpaths.logits_copy.reference import Sampler022, _min_p_kernel, as_ints
 
 
 def _without(**neutral):
@@ -152,6 +153,31 @@ class MemoizedBatches(SkipUnprocessed):
         return self.memo[key]
 
 
+class NeedySlotsPopLast(SkipUnprocessed):
+    """Keeps the slots that need processing in a list, and when one of them leaves drops the
+    last one added: after an earlier such request leaves, a later one is looked up in vain while
+    the departed slot stays listed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.needy: list[int] = []
+
+    def add_request(self, slot, prompt, output, params):
+        if slot in self.needy:  # a slot taken over without a removal
+            self.needy.remove(slot)
+        super().add_request(slot, prompt, output, params)
+        if self.needs[slot]:
+            self.needy.append(slot)
+
+    def remove_request(self, slot):
+        super().remove_request(slot)
+        if self.needs[slot]:
+            self.needy.pop()
+
+    def batch_needs_processing(self, rows):
+        return any(int(slot) in self.needy for slot in rows)
+
+
 class FirstRowsOnly(SkipUnprocessed):
     """Looks up one row per request, but takes the first rows of the expanded batch: with
     speculative rows a later request is never looked at."""
@@ -208,11 +234,65 @@ MUTANTS = {
         "BadWordsIgnored", "ThinkingBudgetIgnored", "SixteenBitTopK")},
     "MemoizedBatches": "equivalence",
     "FirstRowsOnly": "equivalence",
+    "NeedySlotsPopLast": "equivalence",
     "ByteListLengths": "equivalence",
     "RowsCutAtTableSize": "equivalence",
     "ValidatesOnlyWhenProcessing": "errors",
     "UncheckedParams": "errors",
 }
+
+
+# -- references with two processing steps in the wrong order ---------------------------------
+# Each differs from vLLM only for a request that sets both steps' knobs off neutral: caught by
+# conformance against vLLM 0.22.0 (`--reference logits_copy@0.22.0=...`) on the pairs of knobs
+# drawn together (properties/test_logits_copy.py).
+class PenaltiesBeforeBias(Sampler022):
+    """The penalties before the logit bias (vLLM adds the bias first)."""
+
+    def _logit_bias(self, out, reqs, pos):
+        pass
+
+    def _penalties(self, out, reqs, rows, local_pos, input_ids):
+        super()._penalties(out, reqs, rows, local_pos, input_ids)
+        super()._logit_bias(out, reqs, pos=self._pos)
+
+    def process(self, logits, rows, local_pos, input_ids, pos):
+        self._pos = pos
+        return super().process(logits, rows, local_pos, input_ids, pos)
+
+
+class MinPBeforeTemperature(Sampler022):
+    """min_p's threshold taken before the temperature divides (vLLM divides first)."""
+
+    def _row_kernel(self, kernel, out, values, neutral=(0.0,)):
+        if kernel is _min_p_kernel:
+            return
+        if kernel is self._temperature:
+            super()._row_kernel(_min_p_kernel, out, [r.params.min_p for r in self._reqs])
+        super()._row_kernel(kernel, out, values, neutral)
+
+    def process(self, logits, rows, local_pos, input_ids, pos):
+        self._reqs = [self.requests[s] for s in as_ints(rows)] if len(rows) else []
+        return super().process(logits, rows, local_pos, input_ids, pos)
+
+
+class TopKTopPBeforeMinP(Sampler022):
+    """top-k and top-p cut before min_p's threshold is taken (vLLM applies min_p first)."""
+
+    def _row_kernel(self, kernel, out, values, neutral=(0.0,)):
+        if kernel is not _min_p_kernel:
+            super()._row_kernel(kernel, out, values, neutral)
+
+    def _top_k_top_p(self, out, reqs, rows):
+        out = super()._top_k_top_p(out, reqs, rows)
+        super()._row_kernel(_min_p_kernel, out, [r.params.min_p for r in reqs])
+        return out
+
+
+PAIRS_CONFORMANCE = "test_reference_matches_installed_vllm_for_each_pair_of_knobs"
+# name -> what must catch it (with --reference logits_copy@0.22.0=...: vLLM 0.22.0 installed)
+REFERENCE_MUTANTS = {name: PAIRS_CONFORMANCE for name in
+                     ("PenaltiesBeforeBias", "MinPBeforeTemperature", "TopKTopPBeforeMinP")}
 
 
 def version_of(name: str) -> str:

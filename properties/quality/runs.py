@@ -117,9 +117,13 @@ def planted_runs() -> list[PlantedRun]:
                 runs.append(PlantedRun(hotpath, m, "properties/test_conformance.py", f"{hotpath} and cpu",
                                        "--reference", f"{hotpath}@{at}=properties.quality.{hotpath}:{m}", "ci",
                                        interpreted=True, since=getattr(module, "SINCE", {}).get(m, since)))
+    for m, caught_by in logits_copy.REFERENCE_MUTANTS.items():  # 0.22.0's reference, two steps swapped
+        runs.append(PlantedRun("logits_copy", m, *_law_or_own("logits_copy", caught_by), "--reference",
+                               f"logits_copy@0.22.0=properties.quality.logits_copy:{m}", "ci", interpreted=True,
+                               since="0.22.0"))
     for m, (law, devices) in sampler_mrv2.FAST_MUTANTS.items():
         if "cpu" in devices.split():
-            runs.append(PlantedRun("sampler_mrv2", m, f"properties/test_{law}.py", "sampler_mrv2 and cpu",
+            runs.append(PlantedRun("sampler_mrv2", m, *_law_or_own("sampler_mrv2", law),
                                    "--impl", f"sampler_mrv2@0.22.0=properties.quality.sampler_mrv2:{m}",
                                    _profile(sampler_mrv2, m), interpreted=True))
     for m, (version, law) in cached_request_data.MUTANTS.items():

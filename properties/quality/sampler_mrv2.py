@@ -79,14 +79,38 @@ FusedNoiseAtNextPosition = _fast("FusedNoiseAtNextPosition", [
 # (the same in Triton's interpreter: CUDA only).
 FusedIEEEDivision = _fast("FusedIEEEDivision", [("x = x / t", "x = tl.math.div_rn(x, t)")])
 
+# The temperature divides before the penalties (upstream penalizes first): a row differs only
+# where a penalized request also has a temperature other than 0 and 1.
+FusedTemperatureFirst = _fast("FusedTemperatureFirst", [
+    ("    if PENALTIES:\n"
+     "        x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,\n"
+     "                      pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG, MAX_DRAFTS)\n"
+     "    t = tl.load(temp_ptr + slot)\n"
+     "    if t != 0.0 and t != 1.0:\n"
+     "        x = x / t\n",
+     "    t = tl.load(temp_ptr + slot)\n"
+     "    if t != 0.0 and t != 1.0:\n"
+     "        x = x / t\n"
+     "    if PENALTIES:\n"
+     "        x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,\n"
+     "                      pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG, MAX_DRAFTS)\n")])
+
+# The presence penalty subtracted before the frequency penalty (upstream: frequency first): the
+# same value but for the rounding, on a token seen with both penalties off neutral.
+FusedPresenceFirst = _fast("FusedPresenceFirst", [
+    ("            x -= freq * counts\n            x -= pres * seen\n",
+     "            x -= pres * seen\n            x -= freq * counts\n")])
+
 # A request with the random seed (-1) sampled with the seed word -1 instead of refused.
 RandomSeedSampled = _fast("RandomSeedSampled", [("and p.seed != -1 and", "and")])
 
-# name -> (the law that catches it, against the 0.22.0 reference; the devices it shows on)
+# name -> (the law, or the property of properties/test_sampler_mrv2.py, that catches it against the
+# 0.22.0 reference; the devices it shows on)
 FAST_MUTANTS = {"DraftsNotCounted": ("equivalence", "cpu cuda"), "PromptNotPenalized": ("equivalence", "cpu cuda"),
                 "FusedTiesToHigherLane": ("equivalence", "cpu cuda"),
                 "FusedNoiseAtNextPosition": ("equivalence", "cpu cuda"), "FusedIEEEDivision": ("equivalence", "cuda"),
-                "RandomSeedSampled": ("errors", "cpu cuda")}
+                "RandomSeedSampled": ("errors", "cpu cuda"), "FusedTemperatureFirst": ("equivalence", "cpu cuda"),
+                "FusedPresenceFirst": ("test_candidate_matches_reference_for_each_pair_of_fused_knobs", "cpu cuda")}
 # (DraftsNotCounted needed the `quality` profile's 600 examples until one program in two set only
 # the knobs the fused kernel computes: strategies/sampler_mrv2.py.)
 NEED_MORE_EXAMPLES: set[str] = set()

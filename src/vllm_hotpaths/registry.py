@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 
 @dataclass(frozen=True)
@@ -583,15 +583,22 @@ def get(name: str) -> HotPath:
 
 
 def override_implementation(assignment: str) -> None:
-    """Apply one `--impl hotpath[@version]=module:attr` option."""
+    """Apply one `--impl hotpath[@version]=module:attr` option. `@version` may be any vLLM release:
+    the candidate is checked against the reference in force there (the newest not newer)."""
     target, sep, spec = assignment.partition("=")
     if not sep:
         raise ValueError(f"--impl takes hotpath[@version]=module:attr, got {assignment!r}")
     name, _, version = target.partition("@")
     hotpath = get(name)
-    if version and version not in hotpath.references:
-        raise ValueError(f"{name} has no reference for vLLM {version} "
-                         f"(references: {', '.join(sorted(hotpath.references, key=version_key))})")
+    if version:
+        try:
+            version_key(version)
+        except InvalidVersion:
+            raise ValueError(f"--impl {target}: {version!r} is not a vLLM version (such as 0.22.0)") from None
+        try:
+            version = hotpath.reference_version_for(version)
+        except LookupError as err:
+            raise ValueError(f"--impl {target}: {err}") from None
     factory = resolve(spec)  # fail early, with the import error, not in the middle of a property
     if not callable(factory):
         raise ValueError(f"{spec!r} is not callable: expected a factory {hotpath.contract.doc}")
@@ -599,7 +606,9 @@ def override_implementation(assignment: str) -> None:
     if missing:
         raise ValueError(f"{spec!r} lacks {', '.join(missing)}; the {name} contract is:\n"
                          f"{hotpath.contract.doc}")
-    _impl_overrides.setdefault(name, []).append((spec, version or hotpath.reference_version_for(None)))
+    candidate = (spec, version or hotpath.reference_version_for(None))
+    if candidate not in _impl_overrides.setdefault(name, []):  # two releases of one reference: one candidate
+        _impl_overrides[name].append(candidate)
 
 
 def override_reference(assignment: str) -> None:

@@ -289,6 +289,9 @@ def is_live(side: Side) -> bool:
     return side.factory is registry.get("logits_copy").live_factory()
 
 
+NEEDY_LEFT = "a step holding a request that needs processing after one admitted before it, that did too, left"
+
+
 class LogitsCopyChecks(Checks):
     """Processed logits bit for bit after upcasting to fp32, the caller's logits never written.
 
@@ -305,7 +308,8 @@ class LogitsCopyChecks(Checks):
     boundaries = ("a step no request needs processing (copy skipped)", "a step some request needs processing",
                   "one request with several rows", "several requests with several rows",
                   "a request list of 128 or more entries", "reasoning markers partly known (budgets not enforced)",
-                  "only requests whose rows lie past the first one per request need processing")
+                  "only requests whose rows lie past the first one per request need processing",
+                  NEEDY_LEFT)
     error_type = BadInputCase
     triton = True
 
@@ -320,12 +324,22 @@ class LogitsCopyChecks(Checks):
             note("reasoning markers partly known (budgets not enforced)")
         forces = markers is not None and all(markers)  # as from 0.28
         params: dict[int, RequestParams] = {}
+        needy: list[int] = []  # live slots that need processing, in the order they were admitted
+        after_a_needy_left: set[int] = set()
         for op in case.ops:
             if op[0] == "add":
                 params[op[1]] = params_of(op[4])
+                if needs_processing(params[op[1]], case.vocab_size, forces):
+                    needy.append(op[1])
             elif op[0] == "remove":
                 del params[op[1]]
+                after_a_needy_left.discard(op[1])
+                if op[1] in needy:
+                    after_a_needy_left.update(needy[needy.index(op[1]) + 1:])
+                    needy.remove(op[1])
             elif op[0] == "step":
+                if after_a_needy_left & {slot for slot, _ in op[1]}:
+                    note(NEEDY_LEFT)
                 needs = [needs_processing(params[slot], case.vocab_size, forces) for slot, _ in op[1]]
                 note("a step some request needs processing" if any(needs)
                      else "a step no request needs processing (copy skipped)")
