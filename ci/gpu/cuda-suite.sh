@@ -25,7 +25,8 @@
 #            an engine with the patch's compact tables, compared with the first; needs vLLM
 #            0.22.x) with SAMPLER_E2E_ARGS, JSON in $OUT/sampler-e2e{,-compact}.json
 #            "equivalence": the equivalence law's cuda rows alone (the fast paths against their
-#            references, no vLLM needed), PROFILE draws, WORKERS workers
+#            references, no vLLM needed), with the pair properties of logits_copy and sampler_mrv2,
+#            PROFILE draws, WORKERS workers
 #            "sweep": `python -m properties.quality.sweep` on the machine's CPU cores (SEEDS seeds,
 #            default 10; WORKERS runs at once) for HOTPATHS, the hot paths whose laws need no vLLM
 #            (default penalties swap_states think_budget recovered_tokens); $OUT/sweep.{txt,json}
@@ -97,7 +98,8 @@ fi
 if [[ " $PARTS " == *" equivalence "* ]]; then
   keyword="cuda"
   if [[ -n "${HOTPATHS:-}" ]]; then keyword="($(echo ${HOTPATHS} | sed 's/ / or /g')) and cuda"; fi
-  python -m pytest properties/test_equivalence.py -q -p no:cacheprovider -k "$keyword" --require-cuda \
+  python -m pytest properties/test_equivalence.py properties/test_logits_copy.py properties/test_sampler_mrv2.py \
+    -q -p no:cacheprovider -k "$keyword" --require-cuda \
     --hypothesis-profile "${PROFILE:-gate}" -n "${WORKERS:-4}" --fixture-dir "$OUT/equivalence/regressions" \
     || gate_rc=1
 fi

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from vllm_hotpaths.logits_copy.fast import SkipUnprocessed, SkipUnprocessed028, needs_processing
-from vllm_hotpaths.logits_copy.reference import Sampler022, _min_p_kernel, as_ints
+from vllm_hotpaths.logits_copy.reference import Sampler022, _min_p_kernel
 
 
 def _without(**neutral):
@@ -249,16 +249,12 @@ MUTANTS = {
 class PenaltiesBeforeBias(Sampler022):
     """The penalties before the logit bias (vLLM adds the bias first)."""
 
-    def _logit_bias(self, out, reqs, pos):
-        pass
+    def _logit_bias(self, out, reqs, pos):  # `process` calls it first: kept for after the penalties
+        self._positions = pos
 
     def _penalties(self, out, reqs, rows, local_pos, input_ids):
         super()._penalties(out, reqs, rows, local_pos, input_ids)
-        super()._logit_bias(out, reqs, pos=self._pos)
-
-    def process(self, logits, rows, local_pos, input_ids, pos):
-        self._pos = pos
-        return super().process(logits, rows, local_pos, input_ids, pos)
+        super()._logit_bias(out, reqs, self._positions)
 
 
 class MinPBeforeTemperature(Sampler022):
@@ -272,7 +268,7 @@ class MinPBeforeTemperature(Sampler022):
         super()._row_kernel(kernel, out, values, neutral)
 
     def process(self, logits, rows, local_pos, input_ids, pos):
-        self._reqs = [self.requests[s] for s in as_ints(rows)] if len(rows) else []
+        self._reqs = [self.requests[s] for s in rows]
         return super().process(logits, rows, local_pos, input_ids, pos)
 
 
