@@ -208,23 +208,30 @@ CHANGING_KNOBS = ("temperature", "repetition_penalty", "logit_bias")
 def _a_needy_request_left(draw, vocab, slots, live: set, neutral_only, seeds, edits) -> list[tuple]:
     """Two requests that need processing admitted one after the other, the first removed, then a
     step holding the second (and perhaps others still live): where bookkeeping of which requests
-    still need processing goes wrong once others leave. Slots the two take are freed first.
-    Updates `live`."""
+    still need processing goes wrong once others leave. With three slots or more, a request that
+    needs none is admitted too and leads the step with drafts, so the second's rows lie past the
+    first one per request. Slots these take are freed first. Updates `live`."""
     ids = _token_ids(vocab)
-    first, second = draw(st.permutations(range(slots)))[:2]
-    ops = [("remove", slot) for slot in (first, second) if slot in live]
-    live -= {first, second}
+    first, second, *rest = draw(st.permutations(range(slots)))
+    lead = rest[:1]
+    ops = [("remove", slot) for slot in (first, second, *lead) if slot in live]
+    live -= {first, second, *lead}
     knobs = _knobs(vocab)
+    prompts, outputs = st.lists(ids, min_size=1, max_size=6).map(tuple), st.lists(ids, max_size=6).map(tuple)
     for slot in (first, second):
         name = draw(st.sampled_from([k for k in CHANGING_KNOBS if k not in neutral_only]))
         params = {"temperature": draw(st.sampled_from((1.0, 0.0))), **dict(draw(knobs[name][1])),
                   "seed": draw(seeds)}
-        ops.append(("add", slot, draw(st.lists(ids, min_size=1, max_size=6).map(tuple)),
-                    draw(st.lists(ids, max_size=6).map(tuple)), tuple(params.items())))
+        ops.append(("add", slot, draw(prompts), draw(outputs), tuple(params.items())))
+    for slot in lead:
+        plain = (("temperature", draw(st.sampled_from((1.0, 0.0)))), ("seed", draw(seeds)))
+        ops.append(("add", slot, draw(prompts), draw(outputs), plain))
     ops.append(("remove", first))
-    live.add(second)
-    others = draw(st.lists(st.sampled_from(sorted(live - {second})), unique=True)) if len(live) > 1 else []
-    batch = tuple((slot, ()) for slot in draw(st.permutations([second, *others])))
+    live.update((second, *lead))
+    others = sorted(live - {second, *lead})
+    others = draw(st.lists(st.sampled_from(others), unique=True)) if others else []
+    batch = (*((slot, draw(st.lists(ids, min_size=1, max_size=3).map(tuple))) for slot in lead),
+             *((slot, ()) for slot in draw(st.permutations([second, *others]))))
     ops.append(("step", batch, draw(st.integers(0, 2 ** 32 - 1)), draw(st.sampled_from((0.0, 0.3))), draw(edits)))
     return ops
 
