@@ -239,13 +239,13 @@ def _a_needy_request_left(draw, vocab, slots, live: set, neutral_only, seeds, ed
 # -- two knobs off neutral in one request -------------------------------------------------------
 KNOB_PAIRS = tuple(combinations(KNOBS, 2))
 SAMPLING_ONLY = {"top_k", "top_p", "min_p"}
-# Values off the dyadic grid besides each knob's boundary values: two steps applied in the other
-# order round differently far more often with them (x - 0.5 - 2 is x - 2 - 0.5 for most x).
-# And thresholds that cut within a small vocabulary, so that what one of min_p and top-p removes
-# moves what the other keeps.
+# Besides each knob's boundary values: values off the dyadic grid, with which two steps applied
+# in the other order round differently far more often (x - 0.5 - 2 is x - 2 - 0.5 for most x),
+# and thresholds that cut within a small vocabulary, so that what min_p removes moves what top-p
+# keeps.
 PAIR_VALUES = {"temperature": (1.3,), "repetition_penalty": (1.2, 0.8),
                "frequency_penalty": (0.3, -0.7, 1.2), "presence_penalty": (0.3, -0.7, 1.2),
-               "min_p": (0.2, 0.5), "top_p": (0.3, 0.7)}
+               "min_p": (0.2, 0.3, 0.5), "top_p": (0.7, 0.8)}
 
 
 def pair_label(pair: tuple[str, str]) -> str:
@@ -269,14 +269,16 @@ def _flat_row(vocab: int) -> st.SearchStrategy[tuple]:
 def pair_programs(draw, pair: tuple[str, str], vocabs: tuple[int, ...] = SMALL_VOCABS, seeds=SEEDS,
                   neutral_only: tuple[str, ...] = ()) -> LogitsProgram:
     """One request with both knobs of `pair` off neutral (each at one of its boundary values or of
-    `PAIR_VALUES`, sampled or greedy), alone or beside a request of `request_params` (`neutral_only`, `seeds`: as
-    there); a step, its request's
-    tokens appended, and often another step (penalties then count them), rows with drafts unless
-    the request holds the longest bad-words list; in a small vocabulary a step's logits are, one
-    time in two, a row of moderate values (`_flat_row`). Where the knobs are applied by two processing
-    steps, a request like this is where their order shows."""
-    # top-k cuts nothing from one or two ids; top-k, top-p and min_p leave a greedy request alone
-    vocab = draw(st.sampled_from([v for v in vocabs if v >= 3] if "top_k" in pair else vocabs))
+    `PAIR_VALUES`, sampled or greedy), alone or beside a request of `request_params` (`neutral_only`
+    and `seeds` as there); a step, the request's tokens appended, and often another step (penalties
+    then count them); rows with drafts unless a request holds the longest bad-words list; in a small
+    vocabulary a step's logits are, one time in two (always for two of top-k, top-p and min_p), a
+    row of moderate values (`_flat_row`). Where the two knobs are applied by two processing steps,
+    such a request is where their order shows."""
+    # top-k cuts nothing from one or two ids, two thresholds little from fewer than five; top-k,
+    # top-p and min_p leave a greedy request alone
+    least = 5 if SAMPLING_ONLY >= set(pair) else 3 if "top_k" in pair else 1
+    vocab = draw(st.sampled_from([v for v in vocabs if v >= least]))
     knobs, ids = _knobs(vocab), _token_ids(vocab)
     params = {"temperature": 1.0 if SAMPLING_ONLY & set(pair) else draw(st.sampled_from((1.0, 0.0)))}
     for name in pair:
@@ -286,15 +288,16 @@ def pair_programs(draw, pair: tuple[str, str], vocabs: tuple[int, ...] = SMALL_V
     note(pair_label(pair))
     tokens = st.lists(ids, max_size=6).map(tuple)
     prompts = st.lists(ids, min_size=1, max_size=6).map(tuple)
-    ops = [("add", 0, draw(prompts), draw(tokens), tuple(params.items()))]
+    requests = [tuple(params.items())]
     slots = draw(st.integers(1, 2))
     if slots == 2:
-        ops.append(("add", 1, draw(prompts), draw(tokens), draw(request_params(vocab, neutral_only, seeds))))
-    longest = len(params.get("bad_words", ())) == MAX_LIST_LENGTHS["bad_words"]
+        requests.append(draw(request_params(vocab, neutral_only, seeds)))
+    ops = [("add", slot, draw(prompts), draw(tokens), request) for slot, request in enumerate(requests)]
+    longest = any(len(dict(r).get("bad_words", ())) == MAX_LIST_LENGTHS["bad_words"] for r in requests)
     drafts = st.just(()) if longest else st.one_of(st.just(()), st.lists(ids, min_size=1, max_size=3).map(tuple))
     edits = st.lists(st.tuples(st.integers(0, 15), ids, st.sampled_from(SPECIAL_LOGITS)), max_size=2).map(tuple)
-    if vocab <= FLAT_ROW_VOCAB:
-        edits = st.one_of(edits, _flat_row(vocab))
+    if vocab <= FLAT_ROW_VOCAB:  # two thresholds: always (on a peaked row they cut alike)
+        edits = _flat_row(vocab) if SAMPLING_ONLY >= set(pair) else st.one_of(edits, _flat_row(vocab))
     for number in range(draw(st.integers(1, 2))):
         if number:
             ops.append(("append", 0, draw(tokens)))
