@@ -208,3 +208,37 @@ def test_the_scheduler_cost_script_drives_the_installed_vllms_scheduler(pytestco
     line = re.search(r"B=6 async: schedule ([\d.]+) ms, update_from_output ([\d.]+) ms per step "
                      r"\(median of 4 steps\)", result.stdout)
     assert line and float(line.group(1)) > 0 and float(line.group(2)) > 0, result.stdout[-2000:]
+
+
+def result_of(ratios_by_shape, tokens=256, vllm="0.22.0"):
+    """A throughput.json whose turns give these plugin / upstream ratios (upstream 1,000 tok/s)."""
+    runs = {shape: {"upstream": [run_of(1.0, tokens=1000) for _ in ratios],
+                    "plugin": [run_of(1.0 / r, tokens=1000) for r in ratios]} for shape, ratios in ratios_by_shape.items()}
+    return {"runs": runs, "args": {"tokens": tokens}, "meta": {"plugin": {"vllm": vllm, "device": "d"}}}
+
+
+def test_pooled_pairs_give_the_median_a_bootstrap_interval_and_the_geometric_mean():
+    from vllm_hotpaths.testing import throughput_pool
+
+    rows = throughput_pool.pool([result_of({"B=1": [0.5, 2.0]}), result_of({"B=1": [1.0], "B=2": [1.1]})],
+                                resamples=2000)
+    assert [(r["shape"], r["pairs"]) for r in rows] == [("B=1", 3), ("B=2", 1)]
+    first = rows[0]
+    assert first["median"] == pytest.approx(1.0) and first["geometric_mean"] == pytest.approx(1.0)
+    assert first["low"] == pytest.approx(0.5) and first["high"] == pytest.approx(2.0)
+    assert rows[1]["low"] == rows[1]["high"] == pytest.approx(1.1)
+    assert "| B=1 | 3 | 1.000 | 0.500-2.000 | 1.000 |" in throughput_pool.table(rows)
+
+
+def test_pooling_refuses_results_of_other_lengths_or_files_that_are_not_results(tmp_path, capsys):
+    from vllm_hotpaths.testing import throughput_pool
+
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(result_of({"B=1": [1.0]})))
+    b.write_text(json.dumps(result_of({"B=1": [1.0]}, tokens=512)))
+    c.write_text("{}")
+    for files, message in (([a, b], "not (256, '0.22.0', 'd')"), ([a, c], "is not a throughput result")):
+        with pytest.raises(SystemExit) as exit_:
+            throughput_pool.main([str(f) for f in files])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert throughput_pool.main([str(a), "--resamples", "10"]) == 0
