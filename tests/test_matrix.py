@@ -117,8 +117,9 @@ def test_a_cancelled_matrix_stops_its_running_gate_and_starts_no_other(monkeypat
     monkeypatch.setattr(releases, "make_base", lambda root, base: None)
     store = tmp_path / "out" / "matrix"
 
-    def cancel():  # as CI cancels a job, once the first gate runs
-        while not (store / "started").exists():
+    def cancel():  # as CI cancels a job, once the first gate runs (has written its name: the file
+        started = store / "started"  # exists before its line is flushed, a SIGINT between stops that)
+        while not (started.exists() and started.read_text()):
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGTERM)
 
