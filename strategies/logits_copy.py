@@ -133,12 +133,14 @@ def _nan_at_block_edges(vocab: int, block: int) -> st.SearchStrategy[tuple]:
 
 @st.composite
 def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: tuple[str, ...] = (),
-                    seeds=SEEDS, nan_block: int | None = None, narrow: tuple[str, ...] = ()) -> LogitsProgram:
+                    seeds=SEEDS, nan_block: int | None = None, narrow: tuple[str, ...] = (),
+                    peaks: tuple[float, ...] = ()) -> LogitsProgram:
     """`vocabs`: the vocabulary sizes of most programs (one in 50 takes a real one);
     `neutral_only`, `seeds`: as `request_params`; `nan_block`: a block size (the sampler's), whose
     edges a step's edits also put NaN at where the vocabulary spans several blocks; `narrow`: knobs
     that, in one program of two, are the only ones its requests set off neutral (what a fast path
-    computes itself, so that its steps are not all handed to its reference).
+    computes itself, so that its steps are not all handed to its reference); `peaks`: values a
+    step's edits also write (logits far above the rest of a row).
 
     While a request holds the longest bad-words list, its steps have no drafts: vLLM's bad-words
     kernel runs one interpreted program per row and bad word, and those steps were 94% of the
@@ -160,6 +162,8 @@ def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: 
     edit = st.tuples(st.integers(0, 15), ids, st.sampled_from(SPECIAL_LOGITS))
     if nan_block is not None and vocab > nan_block:
         edit = st.one_of(edit, _nan_at_block_edges(vocab, nan_block))
+    if peaks:
+        edit = st.one_of(edit, st.tuples(st.integers(0, 15), ids, st.sampled_from(peaks)))
     ops = []
     for _ in range(draw(st.integers(1, 3 if real else 14))):
         free = sorted(set(range(slots)) - live)

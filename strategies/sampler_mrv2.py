@@ -24,11 +24,14 @@ FUSED_KNOBS = ("temperature", "repetition_penalty", "frequency_penalty", "presen
 
 
 UNSTATED = ("top_k", "top_p")
+# Logits far above a row's normal ones (scale 4), whose other ids the lazy pass need not draw; and
+# 2**30, where the noise rounds away (fp32's step there is 128): equal scores on several ids.
+PEAKS = (60.0, 1000.0, 2.0 ** 30)
 
 
 def sampler_programs():
     return logits_programs(vocabs=VOCABS, neutral_only=UNSTATED, seeds=sampler_seeds(), nan_block=BLOCK,
-                           narrow=FUSED_KNOBS)
+                           narrow=FUSED_KNOBS, peaks=PEAKS)
 
 
 def sampler_pair_programs(pair: tuple[str, str]):

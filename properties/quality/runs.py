@@ -126,6 +126,11 @@ def planted_runs() -> list[PlantedRun]:
             runs.append(PlantedRun("sampler_mrv2", m, *_law_or_own("sampler_mrv2", law),
                                    "--impl", f"sampler_mrv2@0.22.0=properties.quality.sampler_mrv2:{m}",
                                    _profile(sampler_mrv2, m), interpreted=True))
+    for m, (law, devices) in sampler_mrv2.LAZY_MUTANTS.items():  # the lazy pass of 0.31.0 (murmur3)
+        if "cpu" in devices.split():
+            runs.append(PlantedRun("sampler_mrv2", m, *_law_or_own("sampler_mrv2", law),
+                                   "--impl", f"sampler_mrv2@0.31.0=properties.quality.sampler_mrv2:{m}",
+                                   _profile(sampler_mrv2, m), interpreted=True))
     for m, (version, law) in cached_request_data.MUTANTS.items():
         runs.append(PlantedRun("cached_request_data", m, f"properties/test_{law}.py", "cached_request_data and cpu",
                                "--impl", f"cached_request_data@{version}=properties.quality.cached_request_data:{m}",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import partial
 
 from properties.quality import planted
-from vllm_hotpaths.sampler_mrv2 import fast, reference
+from vllm_hotpaths.sampler_mrv2 import fast, lazy, reference
 
 
 def reference_version() -> str:
@@ -114,3 +114,29 @@ FAST_MUTANTS = {"DraftsNotCounted": ("equivalence", "cpu cuda"), "PromptNotPenal
 # (DraftsNotCounted needed the `quality` profile's 600 examples until one program in two set only
 # the knobs the fused kernel computes: strategies/sampler_mrv2.py.)
 NEED_MORE_EXAMPLES: set[str] = set()
+
+
+_lazy = partial(planted.planted, "sampler_mrv2", lazy, attr="LazySamplingPass031")
+
+# The bound one fp32 step below the largest noise: a token drawing exactly the bound, whose noisy
+# value ties the threshold or passes it, is skipped.
+LazyBoundOneUlpTight = _lazy("LazyBoundOneUlpTight", [
+    ("    bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)\n",
+     "    bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)\n"
+     "    bound = (bound.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)\n")])
+
+# A block holding a NaN (and no +inf) is not drawn whole: its NaN lanes may be skipped, where
+# upstream's first NaN block wins.
+LazyNaNLaneLeftOut = _lazy("LazyNaNLaneLeftOut", [
+    ("            whole = tl.max(((x != x) | (x == float(\"inf\"))).to(tl.int32), axis=0) != 0\n",
+     "            whole = tl.max((x == float(\"inf\")).to(tl.int32), axis=0) != 0\n")])
+
+# Ties decided among the candidates only: a slice whose top plus the bound only reaches the
+# threshold (a token that can tie it, the lower id winning) is not drawn.
+LazyTiesLeftOut = _lazy("LazyTiesLeftOut", [
+    ("+ bound >= best:", "+ bound > best:")])
+
+# name -> (the law or property that catches it against the 0.31.0 reference, the devices)
+LAZY_MUTANTS = {"LazyBoundOneUlpTight": ("test_candidate_matches_reference_where_a_token_draws_the_largest_noise",
+                                         "cpu cuda"),
+                "LazyNaNLaneLeftOut": ("equivalence", "cpu cuda"), "LazyTiesLeftOut": ("equivalence", "cpu cuda")}

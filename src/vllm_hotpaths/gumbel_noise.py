@@ -96,9 +96,8 @@ def token_uniform(seed, pos, lanes, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl
 
 
 @triton.jit
-def gumbel_noise(seed, pos, lanes, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
+def noise_of_uniform(u, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
     # -log(-log u) (0.22); -log(-log1p(-u)), libdevice log1p (0.24) or the series (0.31 on).
-    u = token_uniform(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3)
     if NOISE_MURMUR3:
         noise = -tl.log(-_log1p_of_negative(u))
     elif NOISE_LOG1P:
@@ -106,3 +105,20 @@ def gumbel_noise(seed, pos, lanes, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.
     else:
         noise = -tl.log(-tl.log(u))
     return noise
+
+
+@triton.jit
+def gumbel_noise(seed, pos, lanes, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
+    return noise_of_uniform(token_uniform(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3), NOISE_LOG1P, NOISE_MURMUR3)
+
+
+# The smallest uniform each bounded release draws, where its noise is largest (0.22-0.23 draw
+# u = 1.0 too, whose noise is +inf: no bound). murmur3: h = 0, (0 + 0.5) * 2**-32 = 2**-33.
+SMALLEST_UNIFORM = {(True, False): 4.6566127342e-10, (False, True): 1.1641532182693481e-10}
+
+
+@triton.jit
+def noise_bound(NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr, FLOOR: tl.constexpr):
+    # The release's largest noise, by the same operations as a token's, at its smallest uniform:
+    # no token's noise is above it (the noise falls as u grows, by log 2 or more near the floor).
+    return tl.max(noise_of_uniform(tl.full([2], FLOOR, tl.float32), NOISE_LOG1P, NOISE_MURMUR3), axis=0)

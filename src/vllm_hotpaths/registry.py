@@ -511,7 +511,13 @@ HOTPATHS: dict[str, HotPath] = {
               "fused@0.26.0": ("vllm_hotpaths.sampler_mrv2.fast:FusedSamplingPass026", "0.26.0"),
               "fused@0.27.0": ("vllm_hotpaths.sampler_mrv2.fast:FusedSamplingPass027", "0.27.0"),
               "fused@0.28.0": ("vllm_hotpaths.sampler_mrv2.fast:FusedSamplingPass028", "0.28.0"),
-              "fused@0.31.0": ("vllm_hotpaths.sampler_mrv2.fast:FusedSamplingPass031", "0.31.0")},
+              "fused@0.31.0": ("vllm_hotpaths.sampler_mrv2.fast:FusedSamplingPass031", "0.31.0"),
+              # exact lazy Gumbel where the noise is bounded: Philox with log1p on fp32 copies (0.24)
+              # and on the caller's logits too (0.27), murmur3 (0.31). 0.26 and 0.28 add to the
+              # fused pass only processing the lazy kernel shares with it.
+              "lazy@0.24.0": ("vllm_hotpaths.sampler_mrv2.lazy:LazySamplingPass024", "0.24.0"),
+              "lazy@0.27.0": ("vllm_hotpaths.sampler_mrv2.lazy:LazySamplingPass027", "0.27.0"),
+              "lazy@0.31.0": ("vllm_hotpaths.sampler_mrv2.lazy:LazySamplingPass031", "0.31.0")},
         live="vllm_hotpaths.testing.live.sampler_mrv2:live_sampling_pass",
         bench="vllm_hotpaths.testing.bench.sampler_mrv2:run",
         triton=True,

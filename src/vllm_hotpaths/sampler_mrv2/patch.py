@@ -1,19 +1,25 @@
-"""Installs the fused sampling pass into vLLM 0.22's Model Runner V2 `Sampler.sample`.
+"""Installs the fused sampling pass into Model Runner V2's `Sampler.sample`, vLLM 0.22 to 0.33,
+with the release's own noise and copy rules (the reference in force there: `reference.SamplerPass*`).
 
 `Sampler.add_request` also sets the slot's flag: the fused kernel covers the request
 (`fast.fused_covers`: temperature and penalties only; no top-k/top-p, logit bias, allowed ids,
-min tokens with stop ids, bad words or min_p). `Sampler.sample`, when every request of the batch
-is flagged, runs `fast.fused_sample` on vLLM's own state: the row tensors it is called with, the
-temperatures and seeds of `sampling_states`, the penalties, prompt bitmask and dense output
-counts of `penalties_state` (a slot's counts are its own row there). It returns the ids and, under the
-`processed_logprobs` mode, the processed logits; under `raw_logprobs`, where `Sampler.__call__`
-never reads them, None instead of a tensor nobody asked for. Batches it cannot vouch for go to
-the `sample` it replaced: a request it does not cover, parameters `RequestParams` refuses, the fp64
-noise option, logits other than fp32/bf16/fp16 rows of unit stride, and a row stride whose
-alignment class differs from the vocabulary's (the load layout would differ from upstream's fp32
-copy's, and with it which of two NaNs wins).
+min tokens with stop ids, bad words, min_p or thinking budget). `Sampler.sample`, when every
+request of the batch is flagged, runs `fast.fused_sample` on vLLM's own state: the row tensors it
+is called with, the temperatures and seeds of `sampling_states`, the penalties, prompt bitmask and
+output counts of `penalties_state`. It returns the ids and the processed logits where
+`Sampler.__call__` reads them (a processed logprobs mode, and from 0.23 only when logprobs were
+asked for), None elsewhere instead of a tensor nobody reads. From 0.27, a batch in which no request
+needs processing (upstream's own flags) is sampled from the caller's logits, which come back as
+the processed ones, as upstream returns them. Batches it cannot vouch for go to the `sample` it
+replaced: a request it does not cover, parameters `RequestParams` refuses, the fp64 noise option, a
+padded row (slot -1), logits other than fp32/bf16/fp16 rows of unit stride (0.26, which processes
+the caller's dtype: fp32 only), a row stride whose alignment class differs from the vocabulary's
+(the load layout would differ from upstream's fp32 copy's, and with it which of two NaNs wins),
+and every batch of a sampler that is not vLLM's `Sampler` itself (0.30's watermarking sampler
+subclasses it), holds custom logits processors (0.31) or returns a sampling mask (0.28).
 
-Penalty state: `PenaltiesState` keeps `CompactCounts` tables in place of its dense ones
+Penalty state (0.22 to 0.30, whose `PenaltiesState` is 0.22's line for line; from 0.31 upstream's
+dense tables are kept, a slot's counts its own row there): `PenaltiesState` keeps `CompactCounts` tables in place of its dense ones
 (`output_bin_counts` `[max_num_reqs, V]` int32 and `prompt_bin_mask`, 641,777,664 B at 1,024
 requests and V = 151,936): no bytes until a penalized request is admitted, then a row per
 penalized request, and none again once no slot holds one. `bincount` (admission),
@@ -27,6 +33,7 @@ always, and only while penalized requests run. vLLM's start-up warm-up requests 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import sys
@@ -41,7 +48,6 @@ from vllm_hotpaths.logits_copy import InvalidSamplingInput
 from vllm_hotpaths.logits_copy.patch import request_params
 from vllm_hotpaths.sampler_mrv2.fast import fused_covers, fused_sample, penalize_in_place
 from vllm_hotpaths.sampler_mrv2.penalty_tables import CompactCounts
-from vllm_hotpaths.sampler_mrv2.reference import SamplerPass022
 
 SAMPLER = "vllm.v1.worker.gpu.sample.sampler"
 PENALTIES = "vllm.v1.worker.gpu.sample.penalties"
@@ -50,7 +56,6 @@ PATCHED = ["Sampler.add_request", "Sampler.sample", "PenaltiesState.__init__", "
            "PenaltiesState.apply_staged_writes", "penalties.bincount", "penalties.apply_penalties", "post_update"]
 UPSTREAM: dict[str, object] = {}  # vLLM's own Sampler methods, for the properties' unpatched side
 logger = logging.getLogger("vllm.vllm_hotpaths")  # the plugin's logger (vLLM's own handler shows it)
-NOISE = (SamplerPass022.NOISE_LOG1P, SamplerPass022.NOISE_MURMUR3)
 LOADED = (torch.float32, torch.bfloat16, torch.float16)  # the kernel upcasts these as upstream's copy does
 # vLLM's kernel warm-up at start-up (v1/worker/gpu/warmup.py) admits `max_num_seqs` requests with
 # every penalty, ids "_warmup_{i}_": they get no rows (their tokens are discarded), or the tables
@@ -59,15 +64,45 @@ WARMUP = "_warmup_"
 # What a PenaltiesState built now holds: `penalty_tables`' kind inside it, else the default, which
 # the plugin's `install` makes "compact".
 _tables = {"kind": None, "default": "dense"}
+_patched_class: dict[str, type] = {}  # "Sampler": the class whose methods the patch replaced
+
+
+FIRST, LAST = (0, 22), (0, 33)  # the releases whose Model Runner V2 sampler this patch is written for
+COMPACT_UNTIL = (0, 30)  # the last release whose PenaltiesState is 0.22's
+# What the patch must know of the release it runs on (`configure`): its reference, its noise.
+_release = {"reference": None, "compact": False}
+NATIVE_PROCESSORS = ("LogitBiasState", "PenaltiesState", "BadWordsState")
+PROCESSED_MODES = ("processed_logprobs", "processed_logits")
 
 
 def supports(version: str | None) -> bool:
-    """0.22.x: the sampler layout this patch is written for."""
-    return version is not None and Version(version).release[:2] == (0, 22)
+    """0.22.x to 0.33.x: the sampler layouts this patch is written for."""
+    return version is not None and FIRST <= Version(version).release[:2] <= LAST
 
 
 def not_needed(version: str) -> str | None:
-    return None if supports(version) else f"the patch is written for vLLM 0.22.x, not {version}"
+    return None if supports(version) else f"the patch is written for vLLM 0.22.x to 0.33.x, not {version}"
+
+
+def compact_tables(version: str) -> bool:
+    """Whether the patch keeps compact penalty tables on `version` (0.22 to 0.30)."""
+    return supports(version) and Version(version).release[:2] <= COMPACT_UNTIL
+
+
+def configure(version: str) -> None:
+    """The release's reference (its noise, whether it samples unprocessed logits, whether it
+    processes the caller's dtype) and table kind, for the patched calls."""
+    from vllm_hotpaths import registry
+
+    hotpath = registry.get("sampler_mrv2")
+    _release["reference"] = registry.resolve(hotpath.references[hotpath.reference_version_for(version)])
+    _release["compact"] = compact_tables(version)
+
+
+def release_reference():
+    if _release["reference"] is None:
+        configure(vllm_env.installed_version())
+    return _release["reference"]
 
 
 @contextmanager
@@ -102,6 +137,8 @@ def _publish(penalties, table: EngineTables) -> None:
 
 def covered(sampler, sp) -> bool:
     """The slot's flag: True where the fused kernel computes this request's whole pass."""
+    if getattr(sp, "thinking_token_budget", None) is not None:  # 0.28: MRv2's thinking forcing
+        return False
     try:
         params = request_params(sp).checked(sampler.sampling_states.vocab_size)
     except (InvalidSamplingInput, TypeError):
@@ -109,16 +146,41 @@ def covered(sampler, sp) -> bool:
     return fused_covers(params, sampler.sampling_states.vocab_size, forces_thinking=False)
 
 
+def plain_sampler(sampler) -> bool:
+    """vLLM's own `Sampler` with only its own logits processors and no sampling mask to return: a
+    subclass (0.30's watermarking sampler) or a custom processor (0.31) may change any row."""
+    ok = sampler.__dict__.get("_hotpaths_plain")
+    if ok is None:
+        processors = getattr(sampler, "logits_processors", ())
+        ok = sampler._hotpaths_plain = (type(sampler) is _patched_class.get("Sampler")
+                                        and not getattr(sampler, "return_sampling_mask", False)
+                                        and all(type(p).__name__ in NATIVE_PROCESSORS for p in processors))
+    return ok
+
+
+def samples_unprocessed(sampler, idx_mapping_np) -> bool:
+    """From 0.27: no request of the batch needs processing, by upstream's own flags, so upstream
+    samples the caller's logits and returns them as the processed ones."""
+    if not release_reference().SAMPLES_UNPROCESSED:
+        return False
+    if hasattr(sampler, "_requires_logits_processing"):  # 0.27
+        return not sampler._requires_logits_processing(idx_mapping_np)
+    return not np.any(sampler.needs_logits_processing[idx_mapping_np])
+
+
 def loadable(sampler, logits) -> bool:
     """Logits whose loads the fused kernel lays out as upstream's fp32 copy does (module docstring)."""
     vocab = sampler.sampling_states.vocab_size
+    dtypes = (torch.float32,) if release_reference().keeps_logits_dtype else LOADED
     return not (sampler.use_fp64_gumbel or logits.dim() != 2 or logits.shape[0] == 0 or logits.shape[1] != vocab
-                or logits.dtype not in LOADED or logits.stride(1) != 1
+                or logits.dtype not in dtypes or logits.stride(1) != 1
                 or (logits.stride(0) % 16 == 0) != (vocab % 16 == 0))
 
 
-def fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos) -> dict:
-    """`fast.fused_sample`'s arguments for this batch, read from vLLM's own state."""
+def fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos,
+                    raw: bool = False, write: bool = False) -> dict:
+    """`fast.fused_sample`'s arguments for this batch, read from vLLM's own state. `raw`: upstream
+    samples the caller's logits (`samples_unprocessed`); `write`: the processed logits are read."""
     penalties = sampler.penalties_state
     table = table_of(penalties)
     if table is not None:
@@ -130,27 +192,38 @@ def fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, 
                                                           device=logits.device)
         counts, prompt_bits = penalties.output_bin_counts, penalties.prompt_bin_mask
     source = logits
-    if logits.device.type == "cpu" and logits.dtype != torch.float32:
+    if not raw and logits.device.type == "cpu" and logits.dtype != torch.float32:
         source = torch.empty_like(logits, dtype=torch.float32).copy_(logits)  # as fast.FusedSamplingPass.sample
     expanded = logits.shape[0] != idx_mapping_np.shape[0]
-    states = sampler.sampling_states
+    states, reference = sampler.sampling_states, release_reference()
     return dict(
         logits=source, slots=expanded_idx_mapping, pos=pos, local_pos=expanded_local_pos, input_ids=input_ids,
         temperature=states.temperature.gpu, seeds=states.seeds.gpu, repetition=penalties.repetition_penalty.gpu,
         frequency=penalties.frequency_penalty.gpu, presence=penalties.presence_penalty.gpu, penalty_rows=rows,
-        counts=counts, prompt_bits=prompt_bits, noise=NOISE, raw=False,
+        counts=counts, prompt_bits=prompt_bits, noise=(reference.NOISE_LOG1P, reference.NOISE_MURMUR3), raw=raw,
         penalized=bool(np.any(penalties.use_penalty[idx_mapping_np])),
-        drafts=sampler.num_speculative_tokens if expanded else 0, write=sampler.logprobs_mode == "processed_logprobs")
+        drafts=sampler.num_speculative_tokens if expanded else 0, write=write and not raw)
 
 
-def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
+def reads_processed(sampler, return_logprobs: bool) -> bool:
+    """Whether `Sampler.__call__` reads the processed logits `sample` returns: a processed mode
+    (0.22: "processed_logprobs" whatever the batch; from 0.23 only where logprobs were asked for)."""
+    return sampler.logprobs_mode in PROCESSED_MODES and return_logprobs
+
+
+def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos,
+                  return_logprobs: bool = True):
     """(ids, processed logits or None) through the fused kernel, or None where the batch is not
     one it vouches for."""
     flags = sampler.__dict__.get("_hotpaths_fused")
-    if flags is None or not loadable(sampler, logits) or not flags[idx_mapping_np].all():
+    if flags is None or not plain_sampler(sampler) or not loadable(sampler, logits) or \
+            np.any(idx_mapping_np < 0) or not flags[idx_mapping_np].all():
         return None
-    return fused_sample(**fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
-                                          expanded_local_pos))
+    raw = samples_unprocessed(sampler, idx_mapping_np)
+    ids, processed = fused_sample(**fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
+                                                    input_ids, expanded_local_pos, raw,
+                                                    reads_processed(sampler, return_logprobs)))
+    return ids, (logits if raw else processed)
 
 
 def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos) -> int:
@@ -180,10 +253,14 @@ def _launch_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
     first = dict(fused_arguments(sampler, logits[:1], expanded_idx_mapping[:1], idx_mapping_np[:1], pos[:1],
                                  input_ids[:1], expanded_local_pos[:1]))
     bounds = [0] + ([sampler.num_speculative_tokens] if sampler.num_speculative_tokens > 1 else [])
+    raws = (False, True) if release_reference().SAMPLES_UNPROCESSED else (False,)
+    writes = {False, sampler.logprobs_mode in PROCESSED_MODES}
     for drafts in bounds:
         for penalized in (False, True):
-            fused_sample(**{**first, "penalized": penalized, "drafts": drafts})
-            sampler._hotpaths_compiled += 1
+            for raw in raws:
+                for write in writes - ({True} if raw else set()):
+                    fused_sample(**{**first, "penalized": penalized, "drafts": drafts, "raw": raw, "write": write})
+                    sampler._hotpaths_compiled += 1
     sampler._hotpaths_compiled += compile_table_kernels(sampler, first, bounds)
 
 
@@ -222,30 +299,43 @@ def _bound_drafts(sampler) -> None:
         table.max_drafts = sampler.num_speculative_tokens
 
 
+def _sampling_params(args, kwargs):
+    """`Sampler.add_request`'s request parameters: its last argument (0.22 to 0.30 pass
+    `prompt_len` before them, 0.31 does not)."""
+    return kwargs["sampling_params"] if "sampling_params" in kwargs else args[-1]
+
+
 def _install_sampler(sampler) -> None:
     replaced_add, replaced_sample = sampler.add_request, sampler.sample  # upstream's, or another patch's
+    sample_args = inspect.signature(replaced_sample)
 
-    def add_request(self, req_idx, prompt_len, sampling_params):
-        replaced_add(self, req_idx, prompt_len, sampling_params)
+    @functools.wraps(replaced_add)
+    def add_request(self, req_idx, *args, **kwargs):
+        out = replaced_add(self, req_idx, *args, **kwargs)
         flags = self.__dict__.get("_hotpaths_fused")
         if flags is None:
             flags = self._hotpaths_fused = np.zeros(self.sampling_states.max_num_reqs, dtype=bool)
-        flags[req_idx] = covered(self, sampling_params)
+        flags[req_idx] = covered(self, _sampling_params(args, kwargs))
         _bound_drafts(self)
+        return out
 
-    def sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos):
-        compile_variants(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos)
-        fused = fused_or_none(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
-                              expanded_local_pos)
+    @functools.wraps(replaced_sample)
+    def sample(self, *args, **kwargs):
+        bound = sample_args.bind(self, *args, **kwargs)
+        batch = {name: bound.arguments[name] for name in ("logits", "expanded_idx_mapping", "idx_mapping_np", "pos",
+                                                          "input_ids", "expanded_local_pos")}
+        compile_variants(self, **batch)
+        fused = fused_or_none(self, **batch, return_logprobs=bound.arguments.get("return_logprobs", True))
         if fused is not None:
             return fused
         _bound_drafts(self)
-        return replaced_sample(self, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids, expanded_local_pos)
+        return replaced_sample(self, *args, **kwargs)
 
     UPSTREAM.update(add_request=getattr(replaced_add, "hotpaths_upstream", replaced_add),
                     sample=getattr(replaced_sample, "hotpaths_upstream", replaced_sample))
     add_request.hotpaths_upstream, sample.hotpaths_upstream = UPSTREAM["add_request"], UPSTREAM["sample"]
     sampler.add_request, sampler.sample = add_request, sample
+    _patched_class["Sampler"] = sampler
 
 
 def _install_tables(penalties_module, input_batch_module) -> None:
@@ -322,8 +412,8 @@ def _install_tables(penalties_module, input_batch_module) -> None:
 
 
 def install(version: str | None = None) -> list[str]:
-    """The plugin's entry: the patched methods, and compact tables in every PenaltiesState built
-    from now on (the engine's, built after the plugin loads)."""
+    """The plugin's entry: the patched methods, and (0.22 to 0.30) compact tables in every
+    PenaltiesState built from now on (the engine's, built after the plugin loads)."""
     names = install_methods(version)
     _tables["default"] = "compact"
     return names
@@ -334,8 +424,10 @@ def install_methods(version: str | None = None) -> list[str]:
     `penalty_tables("compact")` (the properties, which build upstream's side in the same process)."""
     version = version or vllm_env.installed_version()
     if not supports(version):
-        raise RuntimeError(f"the sampler_mrv2 patch is written for vLLM 0.22.x, not {version}")
+        raise RuntimeError(f"the sampler_mrv2 patch is written for vLLM 0.22.x to 0.33.x, not {version}")
     if not UPSTREAM:
+        configure(version)
         _install_sampler(vllm_env.import_vllm(SAMPLER).Sampler)
-        _install_tables(vllm_env.import_vllm(PENALTIES), vllm_env.import_vllm(INPUT_BATCH))
-    return list(PATCHED)
+        if _release["compact"]:
+            _install_tables(vllm_env.import_vllm(PENALTIES), vllm_env.import_vllm(INPUT_BATCH))
+    return list(PATCHED if _release["compact"] else PATCHED[:2])

@@ -45,9 +45,11 @@ def _admit_kernel(slot_ptr, pen_row_ptr, token_ids_ptr, token_ids_stride, prompt
 @triton.jit
 def _count_sampled_kernel(idx_mapping_ptr, pen_row_ptr, sampled_ptr, sampled_stride, num_sampled_ptr, counts_ptr,
                           vocab_size):
-    # One program per request of the step; its sampled tokens in order (an id may repeat).
+    # One program per request of the step; its sampled tokens in order (an id may repeat). A
+    # padded request (slot -1, vLLM 0.23 on) counts nothing, as upstream's `post_update` skips it.
     req = tl.program_id(0)
-    row = tl.load(pen_row_ptr + tl.load(idx_mapping_ptr + req)).to(tl.int64)
+    slot = tl.load(idx_mapping_ptr + req)
+    row = tl.load(pen_row_ptr + slot, mask=slot >= 0, other=-1).to(tl.int64)
     if row >= 0:
         for i in range(tl.load(num_sampled_ptr + req)):
             token = tl.load(sampled_ptr + req * sampled_stride + i)

@@ -22,6 +22,7 @@ from vllm_hotpaths.testing.cases.logits_copy import (BadInputCase, LogitsProgram
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 
 BLOCK = 1024
+LAZY_MARGIN = 24.0  # above the largest noise (22.9): ids further below a row's largest cannot win
 
 
 def sampled(impl, step: Step, label: str):
@@ -84,6 +85,11 @@ def _note_rows(step: Step, temperatures: list[float], vocab: int) -> None:
             note("a seeded random row")
             if (row == math.inf).sum() > 1:
                 note("a random row with +inf on several ids (a tie after the noise)")
+            finite = row[np.isfinite(row)]
+            if finite.size and (finite < finite.max() - LAZY_MARGIN).any():
+                note("a random row with ids far below its largest (the lazy pass skips them)")
+            if (finite == 2.0 ** 30).sum() > 1 and finite.max() == 2.0 ** 30:
+                note("a random row whose largest logit, 2**30, is on several ids (a tie after the noise)")
         if np.isnan(row).any():
             note("a NaN logit")
             blocks_with_nan = [np.isnan(row[i:i + BLOCK]).any() for i in range(0, vocab, BLOCK)]
@@ -131,6 +137,13 @@ def _assert_rows_held(penalties, dense, params: dict, step: int) -> None:
     assert table.nbytes <= dense_bytes, f"step {step}: {table.nbytes} bytes of tables, upstream's {dense_bytes}"
 
 
+def _logit_bias_state(sampler):
+    """The sampler's LogitBiasState: an attribute up to 0.30, one of its logits processors from 0.31."""
+    found = getattr(sampler, "logit_bias_state", None)
+    return found if found is not None else next(p for p in sampler.logits_processors
+                                                if type(p).__name__ == "LogitBiasState")
+
+
 class SamplingPassChecks(Checks):
     """Ids exactly and processed logits bit for bit (fp32 upcast), step by step. Bad parameters and
     rows: InvalidSamplingInput (NotStated for top-k / top-p) with the reference's message."""
@@ -145,7 +158,9 @@ class SamplingPassChecks(Checks):
                   "a seed past 32 bits", "a negative seed", "one request with several rows",
                   "a step the fused kernel samples", "a penalized row the fused kernel samples",
                   "a repetition-penalized row the fused kernel samples, a prompt id not in its output",
-                  "a penalized draft row the fused kernel samples")
+                  "a penalized draft row the fused kernel samples",
+                  "a random row with ids far below its largest (the lazy pass skips them)",
+                  "a random row whose largest logit, 2**30, is on several ids (a tie after the noise)")
     triton = True
     law_devices = {**Checks.law_devices, "conformance": ("cpu", "cuda"), "patch": ("cpu", "cuda")}
 
@@ -179,12 +194,15 @@ class SamplingPassChecks(Checks):
 
     def patch_agrees(self, case: LogitsProgram, device, log: CaseLog) -> None:
         """vLLM's `Sampler.sample` with the plugin's patch installed draws the same ids as the
-        upstream method it replaced on a sampler holding upstream's dense penalty tables; under the
-        `processed_logprobs` mode its processed logits are upstream's bit for bit, under
-        `raw_logprobs` (never read by `Sampler.__call__`) the fused pass returns None for them.
-        Each step runs under both modes. Both samplers take the program's admissions and sampled
-        tokens through vLLM's own calls (`bincount`, `post_update`), the patched one into its
-        compact tables, which hold a row for each penalized request and none for the others.
+        upstream method it replaced on a sampler holding upstream's dense penalty tables. Each step
+        runs under the `raw_logprobs` and `processed_logprobs` modes, logprobs asked for: where
+        `Sampler.__call__` reads the processed logits (a processed mode) they are upstream's bit for
+        bit; under `raw_logprobs` the fused pass returns None for them, or from 0.27, for a batch
+        no request needs processing, the caller's logits as upstream does. The caller's logits are
+        left as given (0.26 processes them in place: there each side gets its own copy). Both
+        samplers take the program's admissions and sampled tokens through vLLM's own calls
+        (`bincount`, `post_update`); on 0.22 to 0.30 the patched one into its compact tables, which
+        hold a row for each penalized request and none for the others.
 
         A step the patch hands to upstream whose batch holds allowed ids is compared on CPU only:
         on CUDA, vLLM 0.22's `_bias_kernel` fills the row with -inf and restores the allowed
@@ -194,31 +212,42 @@ class SamplingPassChecks(Checks):
         from vllm_hotpaths import registry, vllm_env
         from vllm_hotpaths.sampler_mrv2 import patch
 
+        version = vllm_env.installed_version()
         patch.install_methods()
+        compact = patch.compact_tables(version)
+        in_place = patch.release_reference().keeps_logits_dtype
         factory = registry.get(self.hotpath).live_factory()
         with patch.penalty_tables("dense"):
             (upstream,) = case.samplers(factory, device=device)
-        with patch.penalty_tables("compact"):
+        with patch.penalty_tables("compact" if compact else "dense"):
             (live,) = case.samplers(factory, device=device)
         sampler = live.sampler
         for i, step in enumerate(run(case, (upstream, live), device)):
-            _assert_rows_held(sampler.penalties_state, upstream.sampler.penalties_state, live.params, i)
+            if compact:
+                _assert_rows_held(sampler.penalties_state, upstream.sampler.penalties_state, live.params, i)
+            else:
+                assert patch.table_of(sampler.penalties_state) is None, "compact tables where upstream's are kept"
             args, upstream_args = live.sampler_args(*step.args()), upstream.sampler_args(*step.args())
             for s in (sampler, upstream.sampler):
                 s.num_speculative_tokens = max(step.local_pos, default=0) + 1  # as the engine's bound
-            deferred = vllm_env.call(patch.fused_or_none, sampler, **args) is None
-            allowed = sampler.logit_bias_state.num_allowed_token_ids.np[args["idx_mapping_np"]].any()
+            deferred = vllm_env.call(patch.fused_or_none, sampler, **{**args, "logits": step.logits.clone()}) is None
+            allowed = _logit_bias_state(sampler).num_allowed_token_ids.np[args["idx_mapping_np"]].any()
             if deferred and allowed and step.logits.is_cuda:
                 note("a step with allowed ids the patch defers (CUDA: upstream races)")
                 continue
             if deferred and sampler.penalties_state.use_penalty[args["idx_mapping_np"]].any():
                 note("a penalized step the patch hands to upstream")
-            want_ids, want = vllm_env.call(patch.UPSTREAM["sample"], upstream.sampler, **upstream_args)
             for mode in ("raw_logprobs", "processed_logprobs"):
-                sampler.logprobs_mode = mode
-                before = step.logits.clone()
-                ids, out = vllm_env.call(sampler.sample, **args)
-                assert_same_bits(step.logits, before, f"step {i}, {mode}: the caller's logits after the patched call")
+                for s in (sampler, upstream.sampler):
+                    s.logprobs_mode = mode
+                given = step.logits.clone() if in_place else step.logits
+                want_ids, want = vllm_env.call(patch.UPSTREAM["sample"], upstream.sampler,
+                                               **{**upstream_args, "logits": given, "return_logprobs": True})
+                logits = step.logits.clone() if in_place else step.logits
+                before = logits.clone()
+                ids, out = vllm_env.call(sampler.sample, **{**args, "logits": logits, "return_logprobs": True})
+                if not in_place:
+                    assert_same_bits(logits, before, f"step {i}, {mode}: the caller's logits after the patched call")
                 assert torch.equal(ids.view(-1).to(torch.int64), want_ids.view(-1).to(torch.int64)), \
                     f"step {i}, {mode}: patched {ids.tolist()}, upstream {want_ids.tolist()}"
                 if out is None:
@@ -227,6 +256,8 @@ class SamplingPassChecks(Checks):
                 else:
                     assert_same_bits(out.float(), want.float(), f"step {i}, {mode}: processed logits, patched vs "
                                                                 "upstream")
+                    if out is logits and not deferred:
+                        note("a step the patch samples from the caller's logits")
 
     def error_cases(self):
         return self.draws.sampler_bad_inputs()
