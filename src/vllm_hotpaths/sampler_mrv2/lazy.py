@@ -6,25 +6,28 @@ draws (`gumbel_noise.noise_bound`: about 21.5 with Philox, 22.9 with murmur3). E
 a noisy value already drawn for the row cannot be the row's largest, nor tie with it: its noise
 need not be drawn. 0.22 and 0.23 can draw a noise of +inf (u = 1.0): no bound, no laziness there.
 
-`_lazy_row_kernel`, one program per row:
+Three kernels, then upstream's last step:
 
-1. reads the row once, processing it as the fused kernel does (penalties, temperature), and keeps
-   the largest processed logit of each `SUB`-id slice, and of the row with its lowest id. A 1024-id
-   block (upstream's) holding a NaN or +inf is marked to be drawn whole (its slices' tops +inf);
-2. draws the noise of the row's largest logit's token: the first threshold `best`;
-3. goes through the blocks in order. A marked block is drawn whole and reduced as upstream reduces
-   it (`tl.max` over the 1024-id tile, in the fused kernel's load layout: where NaNs meet, that
-   order decides the id). In the others, a slice is read again and drawn only where its top plus
-   the bound reaches `best`; the block's maximum is the largest drawn value, the lowest id among
-   equals (the order of a reduction without NaN does not matter). `best` rises with each drawn
-   block;
-4. takes the first block holding a NaN, else the first holding the largest maximum
-   (`torch.argmax` of upstream's block maxima), and writes its id.
+1. `_tops_kernel`, one program per (row, 1024-id block), as upstream's sampling kernel runs: reads
+   the block once, processing it as the fused kernel does (penalties, temperature), and keeps its
+   largest processed logit with its lowest id; a block holding a NaN keeps +inf;
+2. `_threshold_kernel`, one program per row: draws the noise of the token of the row's largest
+   top, the threshold `best` (-inf, every block drawn, where that top is +inf: a NaN or a logit
+   of +inf; or -inf: a row of -inf);
+3. `_draw_kernel`, one program per (row, block): where the block's top plus the bound reaches
+   `best`, the fused kernel's block (every id's noise drawn, the 1024-id tile reduced in the
+   fused kernel's load layout, which decides where NaNs meet); elsewhere -inf: no id of the block
+   can reach `best`, so the block was never upstream's first largest;
+4. the first block holding the largest maximum, a NaN counting as the largest (`torch.argmax`, as
+   upstream and the fused pass take it).
 
-A block with no slice drawn keeps -inf: its true maximum is below `best`, so it was never the
-first largest. Greedy rows, and rows whose first threshold is -inf (every logit -inf), are drawn
-whole. The processed logits, where asked for, are written as the rows are processed (a greedy
-row's in step 3). Each row reports how many of its ids had their noise drawn (`drawn`), the benchmark's share.
+Greedy rows are drawn whole (no noise). The processed logits, where asked for, are written in
+step 1. Each row reports how many of its ids had their noise drawn (`drawn`), the benchmark's
+share.
+
+Where it pays (an H200, `ci/gpu/lazy-gumbel.sh`, docs/sampler_mrv2.md#exact-lazy-gumbel): on rows
+whose head stands far above the rest; on flat rows it reads the logits once more than the fused
+pass and is slower. The plugin installs the fused pass, not this one.
 """
 
 from __future__ import annotations
@@ -56,124 +59,120 @@ def _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_pt
 
 
 @triton.jit
-def _lazy_row_kernel(ids_ptr, drawn_ptr, tops_ptr, processed_ptr, logits_ptr, row_stride, slot_ptr, pos_ptr, local_pos_ptr,
-                     input_ids_ptr, temp_ptr, seed_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr,
-                     prompt_bits_ptr, words, vocab_size, num_blocks, BLOCK: tl.constexpr, SUB: tl.constexpr,
-                     NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr, FLOOR: tl.constexpr,
-                     CONTIG: tl.constexpr, PENALTIES: tl.constexpr, MAX_DRAFTS: tl.constexpr,
-                     WRITE_PROCESSED: tl.constexpr):
-    SUBS: tl.constexpr = BLOCK // SUB
+def _tops_kernel(top_ptr, top_id_ptr, processed_ptr, logits_ptr, row_stride, slot_ptr, local_pos_ptr, input_ids_ptr,
+                 temp_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size,
+                 num_blocks, BLOCK: tl.constexpr, CONTIG: tl.constexpr, PENALTIES: tl.constexpr,
+                 MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr):
+    # Step 1, one program per (row, block): the block's largest processed logit with its lowest id
+    # (+inf where the block holds a NaN: drawn whatever the threshold); the processed logits.
     row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
     slot = tl.load(slot_ptr + row)
     t = tl.load(temp_ptr + slot)
-    seed = tl.load(seed_ptr + slot)
-    pos = tl.load(pos_ptr + row)
-    tops = tops_ptr + row * num_blocks * SUBS
-    # 1. each slice's top (+inf throughout a block to draw whole), the row's top and its id
-    top = float("-inf")
-    top_id = 0
-    if t != 0.0:
-        for b in range(num_blocks):
-            lanes = b * BLOCK + tl.arange(0, BLOCK)
-            inside = lanes < vocab_size
-            x = _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr, rep_ptr,
-                           freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG,
-                           PENALTIES, MAX_DRAFTS)
-            if WRITE_PROCESSED:
-                tl.store(processed_ptr + row * vocab_size + lanes, x, mask=inside)
-            whole = tl.max(((x != x) | (x == float("inf"))).to(tl.int32), axis=0) != 0
-            slice_tops = tl.max(tl.reshape(x, [SUBS, SUB]), axis=1)
-            tl.store(tops + b * SUBS + tl.arange(0, SUBS), tl.where(whole, float("inf"), slice_tops))
-            block_top, lane = tl.max(tl.where((x != x) | (x == float("inf")), float("-inf"), x), axis=0,
-                                     return_indices=True)
-            if block_top > top:
-                top = block_top
-                top_id = b * BLOCK + lane
-    # 2. the first threshold: the drawn value of the row's top token
-    best = float("-inf")
-    bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)
-    drawn = 0
-    if t != 0.0 and top != float("-inf"):
-        first = tl.full([2], top_id, tl.int32)
-        best = tl.max(top + gumbel_noise(seed, pos, first, NOISE_LOG1P, NOISE_MURMUR3), axis=0)
-        drawn = 1
-    # 3. each block's maximum over what can win, 4. the first largest
-    win = float("-inf")
-    win_id = 0
-    found_nan = False
-    for b in range(num_blocks):
-        whole = (t == 0.0) | (best == float("-inf"))
-        if not whole:
-            whole = tl.load(tops + b * SUBS) == float("inf")
-        if whole:
-            lanes = b * BLOCK + tl.arange(0, BLOCK)
-            inside = lanes < vocab_size
-            x = _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr, rep_ptr,
-                           freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG,
-                           PENALTIES, MAX_DRAFTS)
-            if WRITE_PROCESSED and t == 0.0:  # (a random row's were written in the first pass)
-                tl.store(processed_ptr + row * vocab_size + lanes, x, mask=inside)
-            if t != 0.0:
-                x = tl.where(inside, x + gumbel_noise(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3), float("-inf"))
-                drawn += BLOCK
-            block_max, lane = tl.max(x, axis=0, return_indices=True)
-            block_id = b * BLOCK + lane
+    if t != 0.0 or WRITE_PROCESSED:
+        lanes = block * BLOCK + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        x = _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr, rep_ptr,
+                       freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG,
+                       PENALTIES, MAX_DRAFTS)
+        if WRITE_PROCESSED:
+            tl.store(processed_ptr + row * vocab_size + lanes, x, mask=inside)
+        nan = x != x
+        top, lane = tl.max(tl.where(nan, float("-inf"), x), axis=0, return_indices=True)
+        any_nan = tl.max(nan.to(tl.int32), axis=0) != 0
+        tl.store(top_ptr + row * num_blocks + block, tl.where(any_nan, float("inf"), top))
+        tl.store(top_id_ptr + row * num_blocks + block, block * BLOCK + lane)
+
+
+@triton.jit
+def _threshold_kernel(best_ptr, top_ptr, top_id_ptr, slot_ptr, pos_ptr, temp_ptr, seed_ptr, num_blocks,
+                      BLOCKS: tl.constexpr, NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr):
+    # Step 2, one program per random row: the noisy value of the token of its largest block top
+    # (-inf where that is -inf; a NaN block's +inf gives +inf: every block is then drawn whole).
+    row = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + row)
+    if tl.load(temp_ptr + slot) != 0.0:
+        blocks = tl.arange(0, BLOCKS)
+        tops = tl.load(top_ptr + row * num_blocks + blocks, mask=blocks < num_blocks, other=float("-inf"))
+        top, k = tl.max(tops, axis=0, return_indices=True)
+        if top == float("inf"):
+            best = float("-inf")
         else:
-            block_max = float("-inf")
-            block_id = b * BLOCK
-            for s in range(SUBS):
-                if tl.load(tops + b * SUBS + s) + bound >= best:
-                    lanes = b * BLOCK + s * SUB + tl.arange(0, SUB)
-                    inside = lanes < vocab_size
-                    x = _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr,
-                                   rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words,
-                                   vocab_size, 0, PENALTIES, MAX_DRAFTS)
-                    x = tl.where(inside, x + gumbel_noise(seed, pos, lanes, NOISE_LOG1P, NOISE_MURMUR3), float("-inf"))
-                    drawn += SUB
-                    slice_max, lane = tl.max(x, axis=0, return_indices=True)
-                    if slice_max > block_max:
-                        block_max = slice_max
-                        block_id = b * BLOCK + s * SUB + lane
-            if block_max > best:
-                best = block_max
-        if not found_nan:
-            if block_max != block_max:
-                found_nan = True
-                win_id = block_id
-            elif b == 0 or block_max > win:
-                win = block_max
-                win_id = block_id
-    tl.store(ids_ptr + row, win_id.to(tl.int64))
-    tl.store(drawn_ptr + row, drawn)
+            first = tl.full([2], tl.load(top_id_ptr + row * num_blocks + k), tl.int32)
+            best = tl.max(top + gumbel_noise(tl.load(seed_ptr + slot), tl.load(pos_ptr + row), first, NOISE_LOG1P,
+                                             NOISE_MURMUR3), axis=0)
+        tl.store(best_ptr + row, best)
+
+
+@triton.jit
+def _draw_kernel(block_ids_ptr, block_max_ptr, drawn_ptr, best_ptr, top_ptr, logits_ptr, row_stride, slot_ptr, pos_ptr,
+                 local_pos_ptr, input_ids_ptr, temp_ptr, seed_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr,
+                 counts_ptr, prompt_bits_ptr, words, vocab_size, num_blocks, BLOCK: tl.constexpr,
+                 NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr, FLOOR: tl.constexpr, CONTIG: tl.constexpr,
+                 PENALTIES: tl.constexpr, MAX_DRAFTS: tl.constexpr):
+    # Step 3, one program per (row, block): the fused kernel's block, or -inf where no id of the
+    # block can reach the threshold.
+    row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    slot = tl.load(slot_ptr + row)
+    t = tl.load(temp_ptr + slot)
+    drawn = t == 0.0
+    if not drawn:
+        bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)
+        drawn = tl.load(top_ptr + row * num_blocks + block) + bound >= tl.load(best_ptr + row)
+    if drawn:
+        lanes = block * BLOCK + tl.arange(0, BLOCK)
+        inside = lanes < vocab_size
+        x = _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr, rep_ptr,
+                       freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG,
+                       PENALTIES, MAX_DRAFTS)
+        if t != 0.0:
+            x = tl.where(inside, x + gumbel_noise(tl.load(seed_ptr + slot), tl.load(pos_ptr + row), lanes, NOISE_LOG1P,
+                                                  NOISE_MURMUR3), float("-inf"))
+            tl.atomic_add(drawn_ptr + row, tl.minimum(vocab_size - block * BLOCK, BLOCK))
+        top, lane = tl.max(x, axis=0, return_indices=True)
+        tl.store(block_ids_ptr + row * num_blocks + block, block * BLOCK + lane)
+        tl.store(block_max_ptr + row * num_blocks + block, top)
+    else:
+        tl.store(block_ids_ptr + row * num_blocks + block, (block * BLOCK).to(tl.int64))
+        tl.store(block_max_ptr + row * num_blocks + block, float("-inf"))
 
 
 def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, repetition, frequency, presence,
                 penalty_rows, counts, prompt_bits, noise: tuple[bool, bool], raw: bool, penalized: bool, drafts: int,
-                write: bool, sub: int = 128):
-    """`_lazy_row_kernel` over the rows of `logits` (`fast.fused_sample`'s arguments; `noise` a
-    bounded release's): (ids int64 [rows], the processed logits fp32 or None where not `write`,
-    ids drawn per row int32)."""
+                write: bool):
+    """`_tops_kernel`, `_threshold_kernel` and `_draw_kernel` over the rows of `logits`
+    (`fast.fused_sample`'s arguments; `noise` a bounded release's), then the first block holding
+    the largest maximum: (ids int64 [rows], the processed logits fp32 or None where not `write`,
+    ids whose noise was drawn, per row)."""
     n, vocab_size = logits.shape
     blocks = triton.cdiv(vocab_size, BLOCK)
-    ids = torch.empty(n, dtype=torch.int64, device=logits.device)
-    drawn = torch.empty(n, dtype=torch.int32, device=logits.device)
-    tops = torch.empty((n, blocks * (BLOCK // sub)), dtype=torch.float32, device=logits.device)
-    out = torch.empty((n, vocab_size), dtype=torch.float32, device=logits.device) if write else None
+    device = logits.device
+    top = torch.empty((n, blocks), dtype=torch.float32, device=device)
+    top_id = torch.empty((n, blocks), dtype=torch.int32, device=device)
+    best = torch.empty(n, dtype=torch.float32, device=device)
+    block_ids = torch.empty((n, blocks), dtype=torch.int64, device=device)
+    block_max = torch.empty((n, blocks), dtype=torch.float32, device=device)
+    drawn = torch.zeros(n, dtype=torch.int32, device=device)
+    out = torch.empty((n, vocab_size), dtype=torch.float32, device=device) if write else None
     if n:
-        _lazy_row_kernel[(n,)](
-            ids, drawn, tops, out if write else tops, logits, logits.stride(0), slots, pos, local_pos, input_ids, temperature, seeds,
-            repetition, frequency, presence, penalty_rows, counts, prompt_bits, prompt_bits.shape[1], vocab_size,
-            blocks, BLOCK=BLOCK, SUB=sub, NOISE_LOG1P=noise[0], NOISE_MURMUR3=noise[1], FLOOR=SMALLEST_UNIFORM[noise],
-            CONTIG=0 if raw else 4, PENALTIES=penalized, MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0,
-            WRITE_PROCESSED=write)
-    return ids, out, drawn
+        common = dict(BLOCK=BLOCK, CONTIG=0 if raw else 4, PENALTIES=penalized,
+                      MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0)
+        penalties = (repetition, frequency, presence, penalty_rows, counts, prompt_bits, prompt_bits.shape[1],
+                     vocab_size, blocks)
+        _tops_kernel[(n, blocks)](top, top_id, out if write else top, logits, logits.stride(0), slots, local_pos,
+                                  input_ids, temperature, *penalties, WRITE_PROCESSED=write, **common)
+        _threshold_kernel[(n,)](best, top, top_id, slots, pos, temperature, seeds, blocks,
+                                BLOCKS=triton.next_power_of_2(blocks), NOISE_LOG1P=noise[0], NOISE_MURMUR3=noise[1])
+        _draw_kernel[(n, blocks)](block_ids, block_max, drawn, best, top, logits, logits.stride(0), slots, pos,
+                                  local_pos, input_ids, temperature, seeds, *penalties, NOISE_LOG1P=noise[0],
+                                  NOISE_MURMUR3=noise[1], FLOOR=SMALLEST_UNIFORM[noise], **common)
+    return block_ids.gather(-1, block_max.argmax(-1, keepdim=True)).view(-1), out, drawn
 
 
 class _Lazy:
-    """The fused pass of a bounded release with its sampling through `lazy_sample`. `sub`: the
-    slice width."""
+    """The fused pass of a bounded release with its sampling through `lazy_sample`."""
 
-    sub = 128
     last_drawn = None  # ids drawn per row in the last call (the benchmark's share)
 
     def sample_rows(self, source, row_info, raw: bool, penalized: bool, drafts: int, write: bool):
@@ -181,7 +180,7 @@ class _Lazy:
         ids, out, self.last_drawn = lazy_sample(source, *row_info, self.temperature, self.seed, *self.penalties,
                                                 state.row_of_device, state.counts, state.prompt_bits,
                                                 noise=(ref.NOISE_LOG1P, ref.NOISE_MURMUR3), raw=raw,
-                                                penalized=penalized, drafts=drafts, write=write, sub=self.sub)
+                                                penalized=penalized, drafts=drafts, write=write)
         return ids, out
 
 
