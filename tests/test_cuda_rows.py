@@ -92,3 +92,38 @@ def test_same_code_is_a_git_diff_of_the_hot_paths_files_less_the_report_writers(
     assert not same("penalties", first + "-dirty", first)
     swap = commit("src/vllm_hotpaths/swap_states/fast.py", "y = 2\n")
     assert same("penalties", shared, swap) and not same("swap_states", shared, swap)
+
+
+def test_a_patch_law_on_cuda_holds_for_the_report_s_own_vllm_release_only():
+    """sampler_mrv2's patch law runs the installed vLLM on CUDA: a staged 0.22.0 run gives no
+    other release a cuda row, and a run with no vLLM (its patch row skipped) gives none at all."""
+    rows = [row("sampler_mrv2", "cuda", "fused@0.22.0"), row("sampler_mrv2", "cuda", "plugin patch")]
+    cpu = {"profile": "ci", "devices": ["cpu"], "commit": "aaa", "implementations": ["fused@0.22.0", "plugin patch"]}
+    staged = report(*rows)
+    staged["environment"]["vllm"] = "0.22.0"
+    folded = cuda_rows.fold(staged, {"sampler_mrv2": {"0.22.0": dict(cpu), "0.33.0": dict(cpu)}}, lambda *_: True,
+                            log=lambda _: None)["sampler_mrv2"]
+    assert folded["0.22.0"]["devices"] == ["cpu", "cuda"] and folded["0.33.0"]["devices"] == ["cpu"]
+    bare = report(rows[0], row("sampler_mrv2", "cuda", "plugin patch", status="skip"))
+    bare["environment"]["vllm"] = None
+    assert cuda_rows.held_on_cuda(bare) == {"sampler_mrv2": {"fused@0.22.0"}}
+    folded = cuda_rows.fold(bare, {"sampler_mrv2": {"0.22.0": dict(cpu)}}, lambda *_: True, log=lambda _: None)
+    assert folded["sampler_mrv2"]["0.22.0"]["devices"] == ["cpu"]
+
+
+def test_reports_of_one_commit_join_a_patch_run_per_release_to_the_fast_paths_run():
+    cpu = {"profile": "ci", "devices": ["cpu"], "commit": "aaa", "implementations": ["fused@0.22.0", "plugin patch"]}
+    bare = report(row("sampler_mrv2", "cuda", "fused@0.22.0"), row("sampler_mrv2", "cuda", "plugin patch", status="skip"),
+                  row("sampler_mrv2", "cuda", "reference@0.31.0", status="skip", check="conformance"))
+    bare["environment"]["vllm"] = None
+    on_033 = report(row("sampler_mrv2", "cuda", "plugin patch"),
+                    row("sampler_mrv2", "cuda", "reference@0.31.0", check="conformance"))
+    on_033["environment"]["vllm"] = "0.33.0"
+    both = cuda_rows.joined([bare, on_033])
+    folded = cuda_rows.fold(both, {"sampler_mrv2": {"0.28.0": dict(cpu), "0.33.0": dict(cpu)}}, lambda *_: True,
+                            log=lambda _: None)["sampler_mrv2"]
+    assert folded["0.33.0"]["devices"] == ["cpu", "cuda"]
+    assert folded["0.33.0"]["cuda"]["implementations"] == ["fused@0.22.0", "plugin patch"]
+    assert folded["0.28.0"]["devices"] == ["cpu"]
+    with pytest.raises(ValueError, match="different suite commits"):
+        cuda_rows.joined([bare, report(commit="zzz")])

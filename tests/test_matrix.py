@@ -157,6 +157,9 @@ def test_what_changes_between_two_releases_is_composed_from_consecutive_steps():
     assert any("pull/49613" in line for line in steps["0.28.0"])  # a ledger entry starting there
     assert any("pull/46243" in line for line in steps["0.25.0"])  # from 0.24.0, between the releases known
     assert any(line.startswith("recovered_tokens (v1): upstream's semantics change") for line in steps["0.22.0"])
+    # what the plugin's patch does from a release on, between the releases known (0.31.0 in 0.33.0's step)
+    assert any(line.startswith("sampler_mrv2: plugin: the fused pass draws murmur3 noise") for line in steps["0.33.0"])
+    assert not any("plugin: the fused pass draws murmur3" in line for line in steps["0.28.0"])
     # from 0.22.0 to 0.25.0 is only what 0.25.0 brings
     assert dict(release_changes.between("0.22.0", "0.25.0", known, choices)) == {"0.25.0": steps["0.25.0"]}
     with pytest.raises(ValueError, match="name the older release first"):

@@ -35,8 +35,18 @@ from vllm.plugins import load_general_plugins
 load_general_plugins()
 from vllm_hotpaths import plugin
 plugin.register()  # a second load, as a second engine in the process would
+def wrappers(fn):  # the function and those it wraps (functools.wraps' __wrapped__)
+    seen = []
+    while fn is not None and fn not in seen:
+        seen.append(fn)
+        fn = getattr(fn, "__wrapped__", None)
+    return seen
+shared = {"logits_copy", "sampler_mrv2"}  # both replace Sampler.sample: told apart by their files
 for name, (owner, attr) in targets.items():
-    print(name, "PATCHED" if getattr(owner, attr) is not before[name] else "UPSTREAM")
+    now = getattr(owner, attr)
+    mine = any(getattr(getattr(f, "__code__", None), "co_filename", "").endswith(f"{name}/patch.py")
+               for f in wrappers(now))
+    print(name, "PATCHED" if now is not before[name] and (mine or name not in shared) else "UPSTREAM")
 # A real InputBatch with a reasoning config, and one request added as the model runner adds it.
 from vllm_hotpaths.testing.live.swap_states import add, live_batch
 from vllm_hotpaths.testing.batches.swap_states import Request
@@ -95,7 +105,9 @@ def test_a_patch_says_where_upstream_needs_none():
     assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.26.0")
     assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.21.0")
     assert get("sampler_mrv2").patch_needed("0.22.0") is None
-    assert "written for vLLM 0.22.x" in get("sampler_mrv2").patch_needed("0.24.0")
+    assert get("sampler_mrv2").patch_needed("0.33.0") is None
+    assert "written for vLLM 0.22.x to 0.33.x" in get("sampler_mrv2").patch_needed("0.34.0")
+    assert "written for vLLM 0.22.x to 0.33.x" in get("sampler_mrv2").patch_needed("0.21.0")
     assert get("swap_states").patch_needed("0.33.0") is None
     assert get("penalties").patch_needed("0.22.0") is None
 

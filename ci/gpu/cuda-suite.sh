@@ -16,7 +16,8 @@
 #            image's Triton interpreter cannot run vLLM's kernels, docs/ci-gpu.md); report in
 #            $OUT/mrv2-<vLLM version>; then again for each tarball in OVERLAYS
 #            (stage-vllm.sh overlay: e.g. carry/vllm-py-0.33.0/py.tar.xz); MRV2_STAGED=0 leaves
-#            out the staged version's own run (one call per few releases under a time limit)
+#            out the staged version's own run (one call per few releases under a time limit);
+#            ROWS=vllm: only the rows that run vLLM (conformance, drift, patch), as the matrix gates
 #            "gate" honours OVERLAYS too (GATE_STAGED=0 leaves out the staged version's run): each
 #            overlay's gate writes its report in $OUT/gate-<vLLM version>; so does "bench"
 #            ($OUT/bench-<vLLM version>.json; BENCH_STAGED=0 likewise)
@@ -85,7 +86,7 @@ mrv2_gate() {
   local version
   version=$(python -c "from importlib.metadata import version; print(version('vllm'))")
   VLLM_HOTPATHS_INTERPRETER=off python -m vllm_hotpaths.cli gate --profile "${PROFILE:-gate}" --require-cuda \
-    --require-vllm --runner mrv2 "${only[@]}" -n "${WORKERS:-4}" --report-dir "$OUT/mrv2-$version" \
+    --require-vllm --runner mrv2 ${ROWS:+--rows "$ROWS"} "${only[@]}" -n "${WORKERS:-4}" --report-dir "$OUT/mrv2-$version" \
     --fixture-dir "$OUT/mrv2-$version/regressions"
 }
 mrv2_rc=0

@@ -75,6 +75,21 @@ NATIVE_PROCESSORS = ("LogitBiasState", "PenaltiesState", "BadWordsState")
 PROCESSED_MODES = ("processed_logprobs", "processed_logits")
 
 
+# What the patch does from each release on (`vllm-hotpaths changes X Y` prints it).
+PLUGIN_CHANGES = {
+    "0.22.0": "the plugin's fused pass samples batches of temperature and penalties only; compact penalty tables",
+    "0.23.0": "the fused pass writes the processed logits only where a processed logprobs mode asks for logprobs",
+    "0.24.0": "the fused pass draws 0.24's noise, -log(-log1p(-u))",
+    "0.26.0": "the fused pass samples fp32 logits only (0.26 processes bf16/fp16 in their dtype: upstream's)",
+    "0.27.0": "the fused pass samples a batch no request needs processing from the caller's logits, as upstream",
+    "0.28.0": "requests with a thinking budget, and engines returning a sampling mask, go to upstream's pass",
+    "0.30.0": "the watermarking sampler (a Sampler subclass) goes to upstream's pass",
+    "0.31.0": "the fused pass draws murmur3 noise; upstream's dense penalty tables are kept (0.31's PenaltiesState "
+              "differs); engines with custom logits processors go to upstream's pass",
+    "0.34.0": "the patch is not written for 0.34 or later: upstream's pass is kept",
+}
+
+
 def supports(version: str | None) -> bool:
     """0.22.x to 0.33.x: the sampler layouts this patch is written for."""
     return version is not None and FIRST <= Version(version).release[:2] <= LAST

@@ -1,7 +1,8 @@
 """What changes for your sampled tokens from one vLLM release to another, composed from the
 changes between consecutive releases that this suite knows: a hot path that appears, a frozen
 reference keyed at a release (upstream's semantics changed there), a ledger entry whose range
-starts or ends there (an upstream change or bug, with its link), and, where the release matrix
+starts or ends there (an upstream change or bug, with its link), what a plugin patch does from
+there on (its module's PLUGIN_CHANGES), and, where the release matrix
 recorded them, the runner vLLM picks for the usual configurations.
 
 `vllm-hotpaths changes X Y` prints it; the matrix page carries the consecutive steps.
@@ -22,6 +23,16 @@ def _ends_after(entry: ledger.KnownDivergence, previous: str, current: str) -> b
     return entry.applies_to(entry.hotpath, previous) and not entry.applies_to(entry.hotpath, current)
 
 
+def plugin_changes(hotpath) -> dict[str, str]:
+    """release -> what the hot path's plugin patch does from there on (its module's
+    PLUGIN_CHANGES), empty where it says nothing."""
+    if not hotpath.patch:
+        return {}
+    import importlib
+
+    return getattr(importlib.import_module(hotpath.patch.partition(":")[0]), "PLUGIN_CHANGES", {})
+
+
 def step(previous: str, current: str, runner_choice: dict[str, dict] | None = None) -> list[str]:
     """The known changes from release `previous` to the next release `current`, a line each."""
     lines = []
@@ -33,6 +44,10 @@ def step(previous: str, current: str, runner_choice: dict[str, dict] | None = No
                 hotpath.reference_version_for(previous) != hotpath.reference_version_for(current):
             lines.append(f"{runner}: upstream's semantics change; checked against the reference keyed "
                          f"{hotpath.reference_version_for(current)}")
+    for hotpath in registry.HOTPATHS.values():
+        for at, text in plugin_changes(hotpath).items():
+            if version_key(previous) < version_key(at) <= version_key(current):
+                lines.append(f"{hotpath.name}: plugin: {text}")
     for entry in ledger.LEDGER:
         starts = entry.applies_to(entry.hotpath, current) and not entry.applies_to(entry.hotpath, previous)
         if starts:
