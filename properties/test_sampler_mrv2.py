@@ -42,57 +42,62 @@ def test_candidate_matches_reference_for_each_pair_of_fused_knobs(pair, data, ca
     HOTPATH.make_checks().agree(program, reference, Side(name, factory, version), device, case_log)
 
 
+BLOCK = 1024  # the sampler's block of ids
 FLOOR_FROM = "0.31.0"  # murmur3: a token at the noise's bound can be built (testing.noise_floor)
 
 
 @pytest.mark.check("equivalence")
 @given(data=st.data())
 @settings(max_examples=max(10, settings.default.max_examples // 15))
-def test_candidate_matches_reference_where_a_token_draws_the_largest_noise(data, candidate, device):
-    """One random row (temperature 1.0, the other ids -200) whose token `t` draws the release's
-    largest noise, the bound of the lazy pass: its seed is built so that the hash at (pos, t) is 0.
-    The row's other finite id `j` sets the threshold, its noisy value `best` near 20 (fp32's step
-    there is the bound's), and `x_t + bound` rounds to `best` (a tie: the lower id wins), or one
-    step above or below it. The candidate samples what the reference samples; the reference's
-    choice is also checked, so that a row built wrong fails rather than passes."""
+def test_candidate_matches_reference_where_a_token_draws_the_largest_noise(data, candidate, device, case_log):
+    """One random request (temperature 1.0) whose id `t` in the row's first 1024-id block (its
+    other ids -200) draws the release's largest noise, the bound of the lazy pass: its seed is
+    built so that the hash at (pos, t) is 0. The row's id `j`, in a later block over normal
+    logits (scale 4), sets the threshold, its noisy value `best` near 30 (where fp32's step is
+    the bound's), and `x_t + bound` rounds to `best` (a tie: the lower id, `t`, wins) or one step
+    above (`t` wins) or below it (`j` wins). The candidate samples what the reference samples (the
+    equivalence law's comparisons, on a program: its fixture replays); the reference's choice is
+    also checked, so that a row built wrong fails rather than passes."""
     import numpy as np
     import torch
 
-    from vllm_hotpaths.logits_copy import RequestParams
     from vllm_hotpaths.registry import version_key
+    from vllm_hotpaths.testing.cases.logits_copy import LogitsProgram, run
     from vllm_hotpaths.testing.noise_floor import murmur3_floor_seed, noise_of
 
     name, factory, version = candidate
     if version_key(version) < version_key(FLOOR_FROM):
         pytest.skip(f"{name}: rows at the noise's bound are built for murmur3 (vLLM {FLOOR_FROM} on)")
-    vocab = data.draw(st.sampled_from((1024, 2048, 3000)), label="vocab")
-    t, j = data.draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=2, unique=True), label="t, j")
-    pos = data.draw(st.integers(0, 2**31 - 1), label="pos")
+    vocab = data.draw(st.sampled_from((1025, 2048, 3000)), label="vocab")
+    t = data.draw(st.integers(0, BLOCK - 1), label="t")
+    j = data.draw(st.integers(BLOCK, vocab - 1), label="j")
+    pos = data.draw(st.integers(0, 30), label="pos")
     seed = murmur3_floor_seed(data.draw(st.integers(0, 2**32 - 1), label="seed's low word"), pos, t)
     steps = data.draw(st.sampled_from((-1, 0, 1)), label="x_t + bound, in fp32 steps from best")
     reference = HOTPATH.reference(version)
     (g_j, g_t), bound = noise_of(seed, pos, [j, t], (reference.NOISE_LOG1P, reference.NOISE_MURMUR3), device)
     assert g_t == bound, f"seed {seed}: token {t} draws {g_t}, not the bound {bound}"
     f32 = lambda v: torch.tensor(v, dtype=torch.float32, device=device)  # noqa: E731
-    x_j = f32(20.0) - f32(g_j)
-    best = x_j + f32(g_j)
-    target = f32(float(np.nextafter(np.float32(best.item()), np.float32(np.inf * steps)))) if steps else best
-    x_t = target - f32(bound)
+    x_j = f32(30.0) - f32(g_j)
+    best = (x_j + f32(g_j)).item()
+    target = float(np.nextafter(np.float32(best), np.float32(np.inf * steps))) if steps else best
+    x_t = f32(target) - f32(bound)
     for _ in range(8):  # the nearest x_t whose sum with the bound rounds to the target
-        if (x_t + f32(bound)).item() == target.item():
+        off = (x_t + f32(bound)).item() - target
+        if off == 0:
             break
-        x_t = f32(float(np.nextafter(np.float32(x_t.item()), np.float32(target.item() - (x_t + f32(bound)).item()) * np.inf)))
-    assert (x_t + f32(bound)).item() == target.item(), "no fp32 x_t puts x_t + bound on the target"
-    logits = torch.full((1, vocab), -200.0, dtype=torch.float32, device=device)
-    logits[0, j], logits[0, t] = x_j, x_t
-    want_id = t if steps > 0 or (steps == 0 and t < j) else j
-    sides = [reference(vocab, 1, device), factory(vocab, 1, device)]
-    results = []
-    for impl in sides:
-        impl.add_request(0, [0], [], RequestParams(temperature=1.0, seed=seed))
-        results.append(impl.sample(logits, [0], [0], [0], [pos], processed=True))
-    (want, want_out), (got, got_out) = results
+        x_t = f32(float(np.nextafter(np.float32(x_t.item()), np.float32(-np.inf * np.sign(off)))))
+    assert (x_t + f32(bound)).item() == target, "no fp32 x_t puts x_t + bound on the target"
+    edits = tuple((0, lane, -200.0) for lane in range(BLOCK) if lane != t) + ((0, j, x_j.item()), (0, t, x_t.item()))
+    program = LogitsProgram(vocab, 1, "float32", (
+        ("add", 0, (0,) * (pos + 1), (), (("temperature", 1.0), ("seed", seed))),
+        ("step", ((0, ()),), data.draw(st.integers(0, 2**32 - 1), label="logits seed"), 0.0, edits)))
+    case_log.record(program)
+    (step,) = run(program, [], device)
+    (want_from,) = program.samplers(reference, device=device)
+    next(run(program, [want_from], device))
+    want, _ = want_from.sample(*step.args(), processed=False)
+    want_id = t if steps >= 0 else j
     assert want.tolist() == [want_id], f"the reference sampled {want.tolist()}, the row was built for {want_id}"
-    assert got.tolist() == want.tolist(), \
-        f"{name} sampled {got.tolist()}, the reference {want.tolist()} (t={t}, j={j}, steps={steps})"
-    assert torch.equal(got_out.view(torch.int32), want_out.float().view(torch.int32)), "processed logits differ"
+    reference_side = Side(f"reference {version}", reference, version)
+    HOTPATH.make_checks().agree(program, reference_side, Side(name, factory, version), device, case_log)

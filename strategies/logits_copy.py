@@ -140,7 +140,8 @@ def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: 
     edges a step's edits also put NaN at where the vocabulary spans several blocks; `narrow`: knobs
     that, in one program of two, are the only ones its requests set off neutral (what a fast path
     computes itself, so that its steps are not all handed to its reference); `peaks`: values a
-    step's edits also write (logits far above the rest of a row).
+    step's edits also write (logits far above the rest of a row), the largest also on two ids of
+    one row at once.
 
     While a request holds the longest bad-words list, its steps have no drafts: vLLM's bad-words
     kernel runs one interpreted program per row and bad word, and those steps were 94% of the
@@ -162,8 +163,13 @@ def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: 
     edit = st.tuples(st.integers(0, 15), ids, st.sampled_from(SPECIAL_LOGITS))
     if nan_block is not None and vocab > nan_block:
         edit = st.one_of(edit, _nan_at_block_edges(vocab, nan_block))
+    edit_lists = st.lists(edit, max_size=4).map(tuple)
     if peaks:
         edit = st.one_of(edit, st.tuples(st.integers(0, 15), ids, st.sampled_from(peaks)))
+        # the largest peak on two ids of one row: equal scores after the noise where it absorbs it
+        tie = st.tuples(st.integers(0, 15), ids, ids).map(lambda r: ((r[0], r[1], max(peaks)), (r[0], r[2], max(peaks))))
+        edit_lists = st.lists(st.one_of(edit.map(lambda e: (e,)), tie), max_size=4).map(
+            lambda groups: tuple(e for group in groups for e in group))
     ops = []
     for _ in range(draw(st.integers(1, 3 if real else 14))):
         free = sorted(set(range(slots)) - live)
@@ -191,14 +197,13 @@ def logits_programs(draw, vocabs: tuple[int, ...] = SMALL_VOCABS, neutral_only: 
             drafts = st.just(()) if real or longest_bad_words & set(members) else \
                 st.one_of(st.just(()), st.lists(ids, min_size=1, max_size=3).map(tuple))
             batch = tuple((slot, draw(drafts)) for slot in members)
-            edits = draw(st.lists(edit, max_size=4).map(tuple))
+            edits = draw(edit_lists)
             ops.append(("step", batch, draw(st.integers(0, 2 ** 32 - 1)),
                         draw(st.sampled_from((0.0, 0.3))), edits))
     if not any(op[0] == "step" for op in ops) and live:
         ops.append(("step", ((min(live), ()),), 0, 0.0, ()))
     if slots >= 2 and draw(st.integers(0, 3)) == 0:  # one program in four, built (below)
-        ops.extend(_a_needy_request_left(draw, vocab, slots, live, neutral_only, seeds,
-                                         st.lists(edit, max_size=4).map(tuple)))
+        ops.extend(_a_needy_request_left(draw, vocab, slots, live, neutral_only, seeds, edit_lists))
     marker = st.lists(ids, min_size=1, max_size=2).map(tuple)
     reasoning = draw(st.one_of(st.none(), st.tuples(marker, marker, marker),
                                st.tuples(marker, marker, st.just(()))))  # the last: not enabled
