@@ -12,7 +12,8 @@
 #
 # The files: tests/v1/sample/test_sampler.py, test_rejection_sampler.py,
 # tests/v1/worker/test_gpu_input_batch.py, tests/v1/logits_processors/test_correctness.py,
-# tests/v1/core/test_scheduler.py, test_async_scheduler.py and the helpers they import. vLLM's tests/conftest.py and tests/utils.py import packages a runner
+# tests/v1/core/test_scheduler.py, test_async_scheduler.py and the helpers they import, and where a
+# release has them, Model Runner V2's sampler tests (MRV2_TESTS). vLLM's tests/conftest.py and tests/utils.py import packages a runner
 # without vLLM's test extras lacks (transformers, openai, ...): an empty conftest and
 # ci/gpu/vllm-tests-shim/utils.py (forks per test, as vLLM's helper does) stand in for them.
 # The scheduler tests' models come from a stand-in Hub cache (ci/gpu/vllm-tests-shim/hub_cache.py).
@@ -23,6 +24,10 @@ cd "$(dirname "$0")/../.."
 TESTS=(tests/v1/sample/test_sampler.py tests/v1/sample/test_rejection_sampler.py
        tests/v1/worker/test_gpu_input_batch.py tests/v1/logits_processors/test_correctness.py
        tests/v1/core/test_scheduler.py tests/v1/core/test_async_scheduler.py)
+# Model Runner V2's sampler tests (the sampler_mrv2 patch's `Sampler.add_request` / `sample`), in
+# the releases whose source has them: run where fetched.
+MRV2_TESTS=(tests/v1/worker/test_gpu_sampler_flags.py tests/v1/worker/test_gpu_logits_processors.py
+            tests/v1/worker/test_gpu_thinking_budget.py tests/v1/worker/test_gpu_gumbel_sample.py)
 FILES=("${TESTS[@]}" tests/v1/sample/utils.py tests/v1/logits_processors/utils.py tests/v1/core/utils.py
        tests/v1/kv_connector/unit/utils.py)
 PYTHON=${PYTHON:-python3}
@@ -45,6 +50,9 @@ fetch() {
   for f in "${FILES[@]}"; do
     mkdir -p "carry/vllm-tests/$version/$(dirname "$f")" && cp "$src/$f" "carry/vllm-tests/$version/$f"
   done
+  for f in "${MRV2_TESTS[@]}"; do
+    [ -f "$src/$f" ] && mkdir -p "carry/vllm-tests/$version/$(dirname "$f")" && cp "$src/$f" "carry/vllm-tests/$version/$f"
+  done
   rm -rf "$work"
   echo "carry/vllm-tests/$version: $(find "carry/vllm-tests/$version" -name '*.py' | wc -l) files"
 }
@@ -64,7 +72,8 @@ run() {
   # The scheduler tests load two models' configs and tokenizers from the Hub: a cache stands in.
   "$PYTHON" ci/gpu/vllm-tests-shim/hub_cache.py "$tree/hub"
   export HF_HUB_OFFLINE=1 HF_HUB_CACHE="$tree/hub"
-  local tests=("${TESTS[@]}")
+  local tests=("${TESTS[@]}") f
+  for f in "${MRV2_TESTS[@]}"; do [ -f "$tree/$f" ] && tests+=("$f"); done
   # "every patch": a validated file naming each hot path for this version on this device.
   "$PYTHON" - "$version" "$tree/every-patch.json" <<'PY'
 import json, sys, torch
