@@ -17,6 +17,8 @@
 #            $OUT/mrv2-<vLLM version>; then again for each tarball in OVERLAYS
 #            (stage-vllm.sh overlay: e.g. carry/vllm-py-0.33.0/py.tar.xz); MRV2_STAGED=0 leaves
 #            out the staged version's own run (one call per few releases under a time limit);
+#            MRV2_JOBS=N: N of those runs at a time (each gate runs one or two rows at once, so a
+#            machine of many cores runs a dozen releases in the time of a few)
 #            ROWS=vllm: only the rows that run vLLM (conformance, drift, patch), as the matrix gates
 #            "gate" honours OVERLAYS too (GATE_STAGED=0 leaves out the staged version's run): each
 #            overlay's gate writes its report in $OUT/gate-<vLLM version>; so does "bench"
@@ -91,10 +93,30 @@ mrv2_gate() {
 }
 mrv2_rc=0
 if [[ " $PARTS " == *" mrv2 "* ]]; then
-  if [[ "${MRV2_STAGED:-1}" == 1 ]]; then mrv2_gate || mrv2_rc=1; fi
-  for tarball in ${OVERLAYS:-}; do  # another version's Python files over the staged vLLM
-    ( eval "$(bash ci/gpu/stage-vllm.sh overlay "$tarball")" && mrv2_gate ) || mrv2_rc=1
-  done
+  if [[ "${MRV2_JOBS:-1}" == 1 ]]; then
+    if [[ "${MRV2_STAGED:-1}" == 1 ]]; then mrv2_gate || mrv2_rc=1; fi
+    for tarball in ${OVERLAYS:-}; do  # another version's Python files over the staged vLLM
+      ( eval "$(bash ci/gpu/stage-vllm.sh overlay "$tarball")" && mrv2_gate ) || mrv2_rc=1
+    done
+  else  # MRV2_JOBS releases at a time, each gate's output in $OUT/mrv2-<release>.log
+    for tarball in ${OVERLAYS:-}; do bash ci/gpu/stage-vllm.sh overlay "$tarball" > /dev/null; done  # unpack once
+    pids=()
+    run_one() {
+      if [[ -n "$1" ]]; then eval "$(bash ci/gpu/stage-vllm.sh overlay "$1")"; fi
+      local version
+      version=$(python -c "from importlib.metadata import version; print(version('vllm'))")
+      local rc=0
+      mrv2_gate > "$OUT/mrv2-$version.log" 2>&1 || rc=$?
+      echo "mrv2 $version: exit $rc: $(tail -1 "$OUT/mrv2-$version.log")"
+      return $rc
+    }
+    staged=(); if [[ "${MRV2_STAGED:-1}" == 1 ]]; then staged=(""); fi
+    for tarball in "${staged[@]}" ${OVERLAYS:-}; do
+      while (( $(jobs -rp | wc -l) >= MRV2_JOBS )); do wait -n; done
+      ( run_one "$tarball" ) & pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || mrv2_rc=1; done
+  fi
 fi
 if [[ " $PARTS " == *" equivalence "* ]]; then
   keyword="cuda"
