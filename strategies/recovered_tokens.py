@@ -51,6 +51,7 @@ def _edit(vocab: int, widths: list[int], focus: int) -> st.SearchStrategy[tuple]
         st.tuples(st.just("zero"), index, lane, st.integers(0, 1)),
         st.tuples(st.sampled_from(("single", "inf")), index, lane, st.just(0)),
         st.tuples(st.just("near"), index, lane, st.integers(-4, 4)),
+        st.tuples(st.just("rounded"), index, lane, st.integers(0, 16)),
         st.tuples(st.just("nan"), index, lane, st.integers(0, 2)),
         st.tuples(st.just("subnormal"), index, lane, st.integers(1, 2 ** 23)),
         st.tuples(st.just("noise"), index, lane, st.sampled_from(NOISE_EDGES)),
@@ -59,15 +60,25 @@ def _edit(vocab: int, widths: list[int], focus: int) -> st.SearchStrategy[tuple]
     )
 
 
-def _last_edit(vocab: int, focus: int) -> st.SearchStrategy[tuple]:
+def _last_edit(vocab: int, focus: int, tokens: int) -> st.SearchStrategy[tuple]:
     """Built on purpose, after the other edits so none undoes it: in a vocabulary past 16 bits,
     in three cases of four, the only non-zero residual at an id past 32,767 (the winner's id must
-    survive whatever holds it); else in one case of three a whole NaN target row (a model's NaN
-    logits: no real lane may lose to a padding lane)."""
-    nan_row = st.integers(0, 2).map(lambda n: (("nan", focus, 0, 2),) if n == 2 else ())
+    survive whatever holds it), in half of those tied by the last id (an exact tie across
+    upstream's tiles, where they differ, which the lower id wins); else in one case of four each:
+    a whole NaN target row (a model's NaN logits: no real lane may lose to a padding lane), the
+    only residual at the token's own draft id (with draft probabilities it wins), or at every
+    draft position an fp32 tie of lanes with different inputs (a rounding fault in the score
+    flips some of them, not all)."""
+    rounded = st.lists(st.tuples(st.integers(0, vocab - 1), st.integers(0, 3)), min_size=tokens,
+                       max_size=tokens).map(lambda picks: tuple(("rounded", t, lane, k)
+                                                                for t, (lane, k) in enumerate(picks)))
+    nan_row = st.integers(0, 3).flatmap(lambda n: st.just((("nan", focus, 0, 2),)) if n == 3 else
+                                        st.just((("draft", focus, 0, 0),)) if n == 2 else
+                                        rounded if n == 1 else st.just(()))
     if vocab <= 2**15:
         return nan_row
-    past_16_bits = st.integers(2**15, vocab - 1).map(lambda lane: (("single", focus, lane, 0),))
+    past_16_bits = st.tuples(st.integers(2**15, vocab - 1), st.booleans()).map(
+        lambda pick: (("single", focus, pick[0], 0),) + ((("tie", focus, vocab - 1, 0),) if pick[1] else ()))
     return st.integers(0, 3).flatmap(lambda n: past_16_bits if n else nan_row)
 
 
@@ -116,7 +127,7 @@ def recovery_cases(draw, large: bool = False) -> RecoveryCase:
         draft_ids=tuple(draw(st.lists(id_choice, min_size=tokens, max_size=tokens))),
         seed=draw(st.integers(0, 2 ** 32 - 1)),
         zero_share=draw(st.sampled_from((0.0, 0.5, 0.9, 1.0))),
-        edits=tuple(draw(st.lists(_edit(vocab, widths, focus), max_size=8))) + draw(_last_edit(vocab, focus)),
+        edits=tuple(draw(st.lists(_edit(vocab, widths, focus), max_size=8))) + draw(_last_edit(vocab, focus, tokens)),
         reference_block=reference_block,
         fast_tiles=fast_tiles,
         ids_dtype=draw(st.sampled_from(("int32", "int64"))),
@@ -147,6 +158,7 @@ def classify(case: RecoveryCase) -> list[str]:
             labels.append("the draft lane wins (draft probabilities)")
         if case.vocab_size > UPSTREAM_TILE and case.build().tied_across_tiles(UPSTREAM_TILE):
             labels.append("exact tie across upstream tiles")
+        labels += case.build().rounded_ties()
         if case.near_tie_positions().any():
             labels.append("near-tie position")
         if case.nan_positions().any():

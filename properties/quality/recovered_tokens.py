@@ -171,6 +171,42 @@ class ZeroResidualSkipsNoise(SplitVocabReciprocal):
 
 
 @triton.jit
+def _reciprocal_by_exp_log(residual, q):
+    return residual * tl.exp(-tl.log(q))
+
+
+class ReciprocalByExpLog(SplitVocabReciprocal):
+    """Takes 1/q as exp(-log q), within a few fp32 steps of the correctly rounded reciprocal: only
+    lanes whose scores tie or nearly tie in fp32 can change places."""
+
+    score = _reciprocal_by_exp_log
+
+
+@triton.jit
+def _rescaled_score(residual, q):
+    return (residual * 3.0) * tl.math.div_rn(1.0, q)
+
+
+class RescaledScore(SplitVocabReciprocal):
+    """Ranks 3 * residual * (1/q): the same order in exact arithmetic, but 3 * residual rounds,
+    so scores that tie in fp32 (from different inputs) may no longer tie."""
+
+    score = _rescaled_score
+
+
+@triton.jit
+def _approximate_reciprocal(residual, q):
+    return residual * (1.0 / q)
+
+
+class ApproximateReciprocal(SplitVocabReciprocal):
+    """Triton's `1.0 / q` for the reciprocal: approximate on CUDA (an fp32 step or two from
+    `q.reciprocal()`), exact in the interpreter."""
+
+    score = _approximate_reciprocal
+
+
+@triton.jit
 def _later_tile_wins_ties(out_ptr, cu_ptr, draft_ids_ptr, draft_probs_ptr, target_ptr, inv_q_ptr,
                           vocab_size, BLOCK: tl.constexpr, NO_DRAFT_PROBS: tl.constexpr,
                           INTERPRETED_VOCAB: tl.constexpr):
@@ -231,6 +267,9 @@ MUTANTS = {
     "SliceIdsIn16Bits": ("0.17.0", "equivalence", "cpu cuda"),
     "ZeroResidualSkipsNoise": ("0.17.0", "equivalence", "cpu cuda"),
     "LaterTileWinsTiesReference": ("0.17.0", "conformance", "cpu cuda"),
+    "ReciprocalByExpLog": ("0.17.0", "equivalence", "cpu cuda"),
+    "RescaledScore": ("0.17.0", "equivalence", "cpu cuda"),
+    "ApproximateReciprocal": ("0.17.0", "equivalence", "cuda"),
 }
 # Caught by `ci`'s derandomized draw before the 0.17.0 reference took its key, and no longer by the
 # draw that key seeds (the law's draws are keyed by the candidate's label): the `quality` profile's

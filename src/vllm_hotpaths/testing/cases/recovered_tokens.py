@@ -17,6 +17,13 @@ near-tie of whatever currently wins):
                                 steps of the winner's ratio that make `lane` win under one of
                                 `residual / q` and `residual * (1/q)` and lose under the other
                                 (IEEE; a "near" edit when there is none)
+  ("rounded", token, lane, k)   a target value for `lane` (its draft probability 0) whose fp32
+                                score equals the fp32 winner's exactly, from other inputs: under
+                                `residual * (1/q)` for even k, `residual / q` for odd k (the
+                                smallest such value for even k // 2, else the largest; where none
+                                exists, the value whose score is the closest above). Only the
+                                lower id's win decides it, so a change to the score's rounding
+                                (of the order of an fp32 step) can flip it
   ("nan", token, lane, which)   NaN target (which 0) or NaN draft (which 1) probability, or
                                 a whole NaN target row (which 2: a model's NaN logits)
   ("subnormal", token, lane, m) target probability m * 2**-149
@@ -219,6 +226,27 @@ class Inputs:
                 return True
         return False
 
+    def rounded_ties(self) -> list[str]:
+        """Events: some position's best fp32 score held by two lanes of different inputs (target,
+        draft, noise), under `residual * (1/q)` (vLLM 0.17 on) and under `residual / q` (0.16)."""
+        residual, q = self.residual(), self.q[self.request]
+        draft = self.draft if self.draft is not None else self.target
+        labels = []
+        for name, arithmetic in (("residual * (1/q)", lambda: residual * (np.float32(1) / q)),
+                                 ("residual / q", lambda: residual / q)):
+            with np.errstate(all="ignore"):
+                score = arithmetic()
+            score[np.isnan(score)] = -np.inf
+            for t, row in enumerate(score):
+                tied = np.flatnonzero(row == row.max())
+                a, others = tied[0], tied[1:]
+                if np.isfinite(row[a]) and row[a] > 0 and (
+                        (self.target[t, others] != self.target[t, a]) | (draft[t, others] != draft[t, a])
+                        | (q[t, others] != q[t, a])).any():
+                    labels.append(f"an fp32 tie of different inputs, {name}")
+                    break
+        return labels
+
     def draft_lane_wins(self) -> bool:
         """Whether, with draft probabilities, some token's own draft id has a non-zero residual
         and wins its race (the lowest lane on ties)."""
@@ -259,6 +287,35 @@ class Inputs:
                      != lane_wins(res_a * (f32(1) / q_a), v * (f32(1) / q_b))]
         return flips[k % len(flips)] if flips else steps[0]
 
+    def _rounded_value(self, t: int, lane: int, k: int):
+        """A target value for `lane` whose fp32 score ties the fp32 winner's (see "rounded")."""
+        f32 = np.float32
+        divide = k % 2 == 1
+        r = self.request[t]
+        with np.errstate(all="ignore"):
+            def score(residual, q):
+                return residual / q if divide else residual * (f32(1) / q)
+            scores = score(self.residual()[t], self.q[r])
+            scores[np.isnan(scores)] = -np.inf
+            a = int(np.argmax(scores))
+            best, q_b = scores[a], self.q[r, lane]
+            value = f32(np.float64(best) * np.float64(q_b))
+            if lane == a or not np.isfinite(best) or not np.isfinite(value) or best <= 0:
+                return None
+            steps = [value]
+            for direction in (np.inf, 0):
+                v = value
+                for _ in range(8):
+                    v = np.nextafter(v, f32(direction))
+                    steps.append(v)
+            steps.sort()
+            tied = [v for v in steps if score(v, q_b) == best and not (v == self.residual()[t, a]
+                                                                        and q_b == self.q[r, a])]
+            if tied:  # the smallest or the largest: its exact product farthest from the winner's
+                return tied[-1 if (k // 2) % 2 else 0]
+            above = [v for v in steps if score(v, q_b) > best]
+            return above[0] if above else None
+
     def apply(self, edit: tuple) -> None:
         kind, index, lane, arg = edit
         vocab = self.target.shape[1]
@@ -298,6 +355,13 @@ class Inputs:
                 self.draft[t, lane] = self.draft[t, a]
         elif kind in ("near", "flip"):
             value = self._near_value(t, lane, arg if kind == "near" else None, arg)
+            if value is None:
+                return
+            self.target[t, lane] = value
+            if self.draft is not None:
+                self.draft[t, lane] = 0
+        elif kind == "rounded":
+            value = self._rounded_value(t, lane, arg)
             if value is None:
                 return
             self.target[t, lane] = value
@@ -435,7 +499,9 @@ class RecoveredTokensChecks(Checks):
 
     hotpath = HOTPATH
     case_type = RecoveryCase
-    boundaries = ("edit tie", "edit near", "edit flip", "near-tie position", "NaN score position",
+    boundaries = ("edit tie", "edit near", "edit flip", "edit rounded", "an fp32 tie of different inputs, "
+                  "residual * (1/q)", "an fp32 tie of different inputs, residual / q", "near-tie position",
+                  "NaN score position",
                   "all-zero residual position", "ragged draft counts", "CPU vocabulary over several upstream tiles",
                   "draft id -1 with draft probabilities", "the draft lane wins (draft probabilities)",
                   "exact tie across upstream tiles", "a whole NaN row, the vocabulary not a multiple of the block",
