@@ -140,13 +140,14 @@ def fused_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, r
 def _penalties_kernel(logits_ptr, row_stride, slot_ptr, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,
                       pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, BLOCK: tl.constexpr,
                       MAX_DRAFTS: tl.constexpr):
-    # Penalties alone, in place on fp32 rows: upstream's penalties kernel over the compact tables.
+    # Penalties alone, in place: upstream's penalties kernel over the compact tables. As upstream,
+    # in fp32 whatever the rows hold (0.26 penalizes bf16 logits in place), rounded once by the store.
     row = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + row)
     if tl.load(pen_row_ptr + slot) >= 0:
         lanes = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = lanes < vocab_size
-        x = tl.load(logits_ptr + row * row_stride + lanes, mask=inside)
+        x = tl.load(logits_ptr + row * row_stride + lanes, mask=inside).to(tl.float32)
         x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,
                       pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, 0, MAX_DRAFTS)
         tl.store(logits_ptr + row * row_stride + lanes, x, mask=inside)
@@ -154,7 +155,7 @@ def _penalties_kernel(logits_ptr, row_stride, slot_ptr, local_pos_ptr, input_ids
 
 def penalize_in_place(logits, slots, local_pos, input_ids, repetition, frequency, presence, table: CompactCounts,
                       drafts: int) -> None:
-    """Upstream's `apply_penalties` on fp32 `logits` [rows, V] in place, each row's counts and
+    """Upstream's `apply_penalties` on `logits` [rows, V] in place (fp32, or 0.26's bf16), each row's counts and
     prompt bits read from its slot's row of `table`; `drafts`: at least the largest `local_pos`."""
     n, vocab_size = logits.shape
     if n and table.counts.shape[0]:
