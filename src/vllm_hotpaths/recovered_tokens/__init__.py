@@ -67,8 +67,8 @@ def check_inputs(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_toke
     def fail(message: str):
         raise InvalidRecoveryInput(message)
 
-    counts = list(num_draft_tokens)
-    if any(int(c) < 0 for c in counts):
+    counts = list(num_draft_tokens)  # builtins over the list: this runs on every decode step
+    if counts and min(counts) < 0:
         fail(f"num_draft_tokens must be >= 0, got {counts}")
     if target_probs.dim() != 2:
         fail(f"target_probs must be [num_tokens, vocab_size], got shape {list(target_probs.shape)}")

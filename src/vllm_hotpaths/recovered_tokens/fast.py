@@ -173,6 +173,13 @@ class SplitVocabDivision:
                 draft_probs, target_probs, q):
         check_inputs(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
                      draft_probs, target_probs, q)
+        return self.launch(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                           target_probs, q)
+
+    def launch(self, max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
+               draft_probs, target_probs, q):
+        """`recover` on inputs that `check_inputs` has passed (the patch checks them once, before
+        it draws the noise)."""
         out = torch.empty_like(draft_token_ids)
         num_tokens, vocab = target_probs.shape
         if num_tokens == 0:

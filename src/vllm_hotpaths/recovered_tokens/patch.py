@@ -51,7 +51,7 @@ def install(version: str | None = None) -> list[str]:
         fast = kernels.get(q.device)
         if fast is None:
             fast = kernels[q.device] = factory(q.device)
-        return fast.recover(*args, q)
+        return fast.launch(*args, q)
 
     UPSTREAM["sample_recovered_tokens"] = upstream
     module.sample_recovered_tokens = sample_recovered_tokens
