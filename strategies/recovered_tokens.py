@@ -63,22 +63,21 @@ def _edit(vocab: int, widths: list[int], focus: int) -> st.SearchStrategy[tuple]
 def _last_edit(vocab: int, focus: int, tokens: int) -> st.SearchStrategy[tuple]:
     """Built on purpose, after the other edits so none undoes it: in a vocabulary past 16 bits,
     in three cases of four, the only non-zero residual at an id past 32,767 (the winner's id must
-    survive whatever holds it), in half of those tied by the last id (an exact tie across
-    upstream's tiles, where they differ, which the lower id wins); else in one case of four each:
-    a whole NaN target row (a model's NaN logits: no real lane may lose to a padding lane), the
-    only residual at the token's own draft id (with draft probabilities it wins), or at every
-    draft position an fp32 tie of lanes with different inputs (a rounding fault in the score
-    flips some of them, not all)."""
+    survive whatever holds it), tied by the last id (an exact tie across upstream's tiles where
+    they differ, which the lower id wins); else in one case of four each: a whole NaN target row
+    (a model's NaN logits: no real lane may lose to a padding lane), and at every draft position
+    the only residual at the token's own draft id (with draft probabilities it wins) or an fp32
+    tie of lanes with different inputs (a rounding fault in the score flips some of them)."""
     rounded = st.lists(st.tuples(st.integers(0, vocab - 1), st.integers(0, 3)), min_size=tokens,
                        max_size=tokens).map(lambda picks: tuple(("rounded", t, lane, k)
                                                                 for t, (lane, k) in enumerate(picks)))
     nan_row = st.integers(0, 3).flatmap(lambda n: st.just((("nan", focus, 0, 2),)) if n == 3 else
-                                        st.just((("draft", focus, 0, 0),)) if n == 2 else
+                                        st.just(tuple(("draft", t, 0, 0) for t in range(tokens))) if n == 2 else
                                         rounded if n == 1 else st.just(()))
     if vocab <= 2**15:
         return nan_row
-    past_16_bits = st.tuples(st.integers(2**15, vocab - 1), st.booleans()).map(
-        lambda pick: (("single", focus, pick[0], 0),) + ((("tie", focus, vocab - 1, 0),) if pick[1] else ()))
+    past_16_bits = st.integers(2**15, vocab - 1).map(
+        lambda lane: (("single", focus, lane, 0), ("tie", focus, vocab - 1, 0)))
     return st.integers(0, 3).flatmap(lambda n: past_16_bits if n else nan_row)
 
 

@@ -9,6 +9,8 @@
 #                  -> carry/vllm-tests/<VERSION>: the test files from vLLM's source distribution
 #   with vLLM:     bash ci/gpu/vllm-unit-tests.sh run [VERSION]
 #                  -> $OUT (default vllm-unit-tests/): per run a log and a JUnit report per file
+#                  MRV2_ONLY=1: Model Runner V2's sampler tests alone (a release's Python files
+#                  over another's compiled ops, stage-vllm.sh overlay, run these but not the v1 files)
 #
 # The files: tests/v1/sample/test_sampler.py, test_rejection_sampler.py,
 # tests/v1/worker/test_gpu_input_batch.py, tests/v1/logits_processors/test_correctness.py,
@@ -73,7 +75,9 @@ run() {
   "$PYTHON" ci/gpu/vllm-tests-shim/hub_cache.py "$tree/hub"
   export HF_HUB_OFFLINE=1 HF_HUB_CACHE="$tree/hub"
   local tests=("${TESTS[@]}") f
+  [ "${MRV2_ONLY:-0}" = 1 ] && tests=()  # only Model Runner V2's sampler tests (the sampler_mrv2 patch)
   for f in "${MRV2_TESTS[@]}"; do [ -f "$tree/$f" ] && tests+=("$f"); done
+  [ ${#tests[@]} -gt 0 ] || { echo "run: vLLM $version's tests hold none of the files to run" >&2; exit 2; }
   # "every patch": a validated file naming each hot path for this version on this device.
   "$PYTHON" - "$version" "$tree/every-patch.json" <<'PY'
 import json, sys, torch

@@ -171,6 +171,17 @@ class RecoveryCase:
         return flags
 
 
+def _steps_around(value: np.float32) -> list:
+    """`value`, the 8 fp32 values above it, then the 8 below it (nearest first)."""
+    steps = [value]
+    for direction in (np.inf, 0):
+        v = value
+        for _ in range(8):
+            v = np.nextafter(v, np.float32(direction))
+            steps.append(v)
+    return steps
+
+
 @functools.lru_cache(maxsize=4)
 def _build(case: RecoveryCase) -> "Inputs":
     """One build per case for the strategy's events, the ledger's predicates and the tensors."""
@@ -271,12 +282,7 @@ class Inputs:
             value = f32(np.float64(res_a) / np.float64(q_a) * np.float64(q_b))
             if not np.isfinite(value) or lane == a:
                 return None
-            steps = [value]
-            for direction in (np.inf, 0):
-                v = value
-                for _ in range(8):
-                    v = np.nextafter(v, f32(direction))
-                    steps.append(v)
+            steps = _steps_around(value)
             if ulps is not None:  # steps: value, 8 steps up, 8 steps down
                 return steps[min(ulps, 8)] if ulps >= 0 else steps[8 + min(-ulps, 8)]
 
@@ -302,13 +308,7 @@ class Inputs:
             value = f32(np.float64(best) * np.float64(q_b))
             if lane == a or not np.isfinite(best) or not np.isfinite(value) or best <= 0:
                 return None
-            steps = [value]
-            for direction in (np.inf, 0):
-                v = value
-                for _ in range(8):
-                    v = np.nextafter(v, f32(direction))
-                    steps.append(v)
-            steps.sort()
+            steps = sorted(_steps_around(value))
             tied = [v for v in steps if score(v, q_b) == best and not (v == self.residual()[t, a]
                                                                         and q_b == self.q[r, a])]
             if tied:  # the smallest or the largest: its exact product farthest from the winner's
