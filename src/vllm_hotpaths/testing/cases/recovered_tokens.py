@@ -171,6 +171,15 @@ class RecoveryCase:
         return flags
 
 
+def _ranked(residual: np.ndarray, q: np.ndarray, divide: bool) -> np.ndarray:
+    """The fp32 scores the kernels rank, `residual / q` (0.16) or `residual * (1/q)` (0.17 on),
+    a NaN score as -inf (it never wins)."""
+    with np.errstate(all="ignore"):
+        score = residual / q if divide else residual * (np.float32(1) / q)
+    score[np.isnan(score)] = -np.inf
+    return score
+
+
 def _steps_around(value: np.float32) -> list:
     """`value`, the 8 fp32 values above it, then the 8 below it (nearest first)."""
     steps = [value]
@@ -228,10 +237,7 @@ class Inputs:
     def tied_across_tiles(self, width: int) -> bool:
         """Whether some position's best score (`residual * (1/q)` in fp32, as vLLM 0.22 ranks)
         is held by lanes of two different `width`-lane tiles: an exact tie across tiles."""
-        with np.errstate(all="ignore"):
-            score = self.residual() * (np.float32(1) / self.q[self.request])
-        score[np.isnan(score)] = -np.inf
-        for row in score:
+        for row in _ranked(self.residual(), self.q[self.request], divide=False):
             tied = np.flatnonzero(row == row.max())
             if tied[0] // width != tied[-1] // width:
                 return True
@@ -243,12 +249,8 @@ class Inputs:
         residual, q = self.residual(), self.q[self.request]
         draft = self.draft if self.draft is not None else self.target
         labels = []
-        for name, arithmetic in (("residual * (1/q)", lambda: residual * (np.float32(1) / q)),
-                                 ("residual / q", lambda: residual / q)):
-            with np.errstate(all="ignore"):
-                score = arithmetic()
-            score[np.isnan(score)] = -np.inf
-            for t, row in enumerate(score):
+        for name, divide in (("residual * (1/q)", False), ("residual / q", True)):
+            for t, row in enumerate(_ranked(residual, q, divide)):
                 tied = np.flatnonzero(row == row.max())
                 a, others = tied[0], tied[1:]
                 if np.isfinite(row[a]) and row[a] > 0 and (
@@ -295,25 +297,25 @@ class Inputs:
 
     def _rounded_value(self, t: int, lane: int, k: int):
         """A target value for `lane` whose fp32 score ties the fp32 winner's (see "rounded")."""
-        f32 = np.float32
         divide = k % 2 == 1
         r = self.request[t]
+        scores = _ranked(self.residual()[t], self.q[r], divide)
+        a = int(np.argmax(scores))
+        best, q_b = scores[a], self.q[r, lane]
+
+        def score(value):
+            return _ranked(np.array([value]), np.array([q_b]), divide)[0]
+
         with np.errstate(all="ignore"):
-            def score(residual, q):
-                return residual / q if divide else residual * (f32(1) / q)
-            scores = score(self.residual()[t], self.q[r])
-            scores[np.isnan(scores)] = -np.inf
-            a = int(np.argmax(scores))
-            best, q_b = scores[a], self.q[r, lane]
-            value = f32(np.float64(best) * np.float64(q_b))
+            value = np.float32(np.float64(best) * np.float64(q_b))
             if lane == a or not np.isfinite(best) or not np.isfinite(value) or best <= 0:
                 return None
             steps = sorted(_steps_around(value))
-            tied = [v for v in steps if score(v, q_b) == best and not (v == self.residual()[t, a]
-                                                                        and q_b == self.q[r, a])]
+            tied = [v for v in steps if score(v) == best and not (v == self.residual()[t, a]
+                                                                 and q_b == self.q[r, a])]
             if tied:  # the smallest or the largest: its exact product farthest from the winner's
                 return tied[-1 if (k // 2) % 2 else 0]
-            above = [v for v in steps if score(v, q_b) > best]
+            above = [v for v in steps if score(v) > best]
             return above[0] if above else None
 
     def apply(self, edit: tuple) -> None:
