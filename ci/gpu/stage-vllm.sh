@@ -19,6 +19,12 @@
 #                      they reach, `get_cuda_view_from_cpu_tensor` (the UVA view of pinned host
 #                      buffers), comes from the staged version's `_C`, built for this torch, behind
 #                      a stand-in `vllm._C_stable_libtorch`.
+# Another release whose wheel is built for this torch (0.23 to 0.26 pin torch 2.11), with its own
+# compiled libraries, for an engine end to end:
+#   here:              bash ci/gpu/stage-vllm.sh pack-deps; bash ci/gpu/stage-vllm.sh pack-release 0.26.0
+#                      -> carry/vllm-deps, carry/vllm-rel-0.26.0 (Python files), carry/vllm-rel-0.26.0-so
+#   there, each call:  bash ci/gpu/stage-vllm.sh keep carry/vllm-deps ...   (the folders this call carries)
+#   there, then:       eval "$(bash ci/gpu/stage-vllm.sh release 0.26.0)"
 # The parts kept in /tmp must still be there for the next call: run the calls one after the other
 # on the same machine.
 #
@@ -39,6 +45,22 @@ PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --p
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64
            --platform manylinux_2_24_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64)
 
+# What 0.24 and later import in newer versions than the GPU image and 0.22's wheels have
+# (transformers>=5.5.3 and its hub, jsonschema); first on PYTHONPATH in a release's site.
+EXTRA_WHEELS=(transformers==5.25.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 kernels==0.19.1
+              regex==2026.11.19 click==8.5.1 jsonschema==4.26.0 jsonschema-specifications==2025.9.1
+              referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0)
+# Compiled libraries an engine with the Triton attention backend on a dense model does not load.
+LEFT_OUT=('vllm/third_party/deep_gemm/*' 'vllm/vllm_flash_attn/*.so' 'vllm/_moe_C*.so' 'vllm/_flashmla_C.abi3.so'
+          'vllm/vllm-rs' '*/RECORD')
+
+wheel_of() {  # the cached wheel of vLLM VERSION (downloaded once)
+  local version=$1 cache=${STAGE_CACHE:-/tmp/vllm-stage-cache}
+  mkdir -p "$cache"
+  ls "$cache"/vllm-"$version"-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps "vllm==$version" -d "$cache"
+  ls "$cache"/vllm-"$version"-*.whl | head -1
+}
+
 pack() {
   local version=${1:-0.22.0} cache=${STAGE_CACHE:-/tmp/vllm-stage-cache} work
   work=$(mktemp -d)
@@ -48,8 +70,7 @@ pack() {
     "${PLATFORMS[@]}" -d "$cache/wheels" "${WHEELS[@]}"
   python3 -m pip wheel -q --no-deps . -w "$work/wheels"
   cp "$cache"/wheels/*.whl "$work/wheels/"
-  unzip -q "$cache"/vllm-"$version"-*.whl -d "$work/site" -x 'vllm/third_party/deep_gemm/*' \
-    'vllm/vllm_flash_attn/*.so' 'vllm/_moe_C.abi3.so' 'vllm/_flashmla_C.abi3.so' 'vllm/vllm-rs' '*/RECORD'
+  unzip -q "$cache"/vllm-"$version"-*.whl -d "$work/site" -x "${LEFT_OUT[@]}"
   sed -i 's/^    raise ImportError($/    _missing = (/' "$work/site/vllm/vllm_flash_attn/__init__.py"
   (cd "$work" && tar -cf wheels.tar wheels)
   (cd "$work/site" && tar -cJf ../py.tar.xz --exclude='*.so' .)
@@ -67,10 +88,59 @@ pack() {
 
 case "${1:-}" in
   pack) pack "${2:-}" ;;
+  pack-deps)  # here: carry/vllm-deps, the wheels a release's site needs besides its own files
+    work=$(mktemp -d) cache=${STAGE_CACHE:-/tmp/vllm-stage-cache}
+    mkdir -p "$cache/wheels" "$cache/extra" "$work/wheels" "$work/extra"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      "${PLATFORMS[@]}" -d "$cache/wheels" "${WHEELS[@]}"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      "${PLATFORMS[@]}" -d "$cache/extra" "${EXTRA_WHEELS[@]}"
+    python3 -m pip wheel -q --no-deps . -w "$work/wheels"
+    cp "$cache"/wheels/*.whl "$work/wheels/" && cp "$cache"/extra/*.whl "$work/extra/"
+    rm -rf carry/vllm-deps && mkdir -p carry/vllm-deps
+    (cd "$work" && tar -cf "$OLDPWD/carry/vllm-deps/wheels.tar" wheels extra)
+    rm -rf "$work"
+    du -sh carry/vllm-deps
+    ;;
+  pack-release)  # here: carry/vllm-rel-VERSION (Python files) and carry/vllm-rel-VERSION-so (compiled)
+    version=$2 work=$(mktemp -d)
+    unzip -q "$(wheel_of "$version")" -d "$work/site" -x "${LEFT_OUT[@]}"
+    sed -i 's/^    raise ImportError($/    _missing = (/' "$work/site/vllm/vllm_flash_attn/__init__.py"
+    rm -rf "carry/vllm-rel-$version" "carry/vllm-rel-$version-so"
+    mkdir -p "carry/vllm-rel-$version" "carry/vllm-rel-$version-so"
+    (cd "$work/site" && tar -cJf - --exclude='*.so' .) > "carry/vllm-rel-$version/py.tar.xz"
+    (cd "$work/site" && find . -name '*.so' | tar -cf - -T - | xz -9 -T0) > "$work/so.tar.xz"
+    (cd "$work" && sha256sum so.tar.xz | cut -d' ' -f1) > "carry/vllm-rel-$version/so.tar.xz.sha256"
+    split -b 55m -d "$work/so.tar.xz" "carry/vllm-rel-$version-so/so.tar.xz.part-"
+    rm -rf "$work"
+    du -sh "carry/vllm-rel-$version"*
+    ;;
   keep)
     mkdir -p "$keep"
-    cp carry/vllm-stage-*/* "$keep"/
-    ls -la "$keep" >&2
+    if [[ $# -gt 1 ]]; then  # these carried folders, each kept under its own name
+      for dir in "${@:2}"; do mkdir -p "$keep/$(basename "$dir")" && cp "$dir"/* "$keep/$(basename "$dir")/"; done
+    else
+      cp carry/vllm-stage-*/* "$keep"/
+    fi
+    ls -laR "$keep" | grep -v '^d' | grep -v overlay >&2 || true
+    ;;
+  release)  # there: a release's site from kept folders (pack-deps, pack-release), first on PYTHONPATH
+    version=$2
+    cd "$keep"
+    if [[ ! -f deps/.installed ]]; then
+      mkdir -p deps/base deps/extra && tar -xf vllm-deps/wheels.tar -C deps
+      python3 -m pip install -q --no-index --no-deps --no-compile --target deps/base deps/wheels/*.whl >&2
+      python3 -m pip install -q --no-index --no-deps --no-compile --target deps/extra deps/extra/*.whl >&2
+      touch deps/.installed
+    fi
+    site=$PWD/rel-$version
+    if [[ ! -f $site/.installed ]]; then
+      cat "vllm-rel-$version-so"/so.tar.xz.part-* > "rel-$version.so.tar.xz"
+      echo "$(cat "vllm-rel-$version/so.tar.xz.sha256")  rel-$version.so.tar.xz" | sha256sum -c --quiet >&2
+      mkdir -p "$site" && tar -xJf "vllm-rel-$version/py.tar.xz" -C "$site" && xz -dc "rel-$version.so.tar.xz" | tar -xf - -C "$site"
+      rm "rel-$version.so.tar.xz" && touch "$site/.installed"
+    fi
+    echo "export PYTHONPATH=$site:$PWD/deps/extra:$PWD/deps/base\${PYTHONPATH:+:\$PYTHONPATH} PATH=$PWD/deps/base/bin:\$PATH"
     ;;
   install)
     cd "$keep"
@@ -107,7 +177,7 @@ case "${1:-}" in
     echo "export PYTHONPATH=$dir\${PYTHONPATH:+:\$PYTHONPATH}"
     ;;
   *)
-    echo "usage: $0 pack [VERSION] | keep | install | overlay TARBALL" >&2
+    echo "usage: $0 pack [VERSION] | pack-deps | pack-release VERSION | pack-py VERSION | keep [DIR...] | install | release VERSION | overlay TARBALL" >&2
     exit 2
     ;;
 esac
