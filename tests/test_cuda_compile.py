@@ -2,7 +2,8 @@
 
 Triton's interpreter, which runs every CPU row, accepts kernels that the CUDA compiler refuses: a
 branch that turns a bf16 value into fp32 is one. So the kernels that vLLM hands logits of the
-model's dtype are compiled here, to PTX and a cubin for an H100/H200 (sm_90), by Triton's own
+model's dtype (the compact tables' penalties kernel, the fused sampling kernel the plugin
+installs) are compiled here, to PTX and a cubin for an H100/H200 (sm_90), by Triton's own
 compiler and bundled ptxas, in a process without the interpreter: no GPU or driver is needed.
 """
 
@@ -32,10 +33,50 @@ COMPILE_PENALTIES = textwrap.dedent("""
             print("compiled", logits, drafts)
 """)
 
+# The fused sampling kernel with each logits dtype and each release's noise (Philox, Philox with
+# log1p, murmur3); with every option on and vLLM's row tensors as the patch hands them (int32
+# slots, local positions and ids, int64 positions), and with every option off and the fast path's
+# own int64 rows.
+COMPILE_FUSED = textwrap.dedent("""
+    import itertools
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from vllm_hotpaths.sampler_mrv2.fast import _fused_block_kernel
+
+    rows = {"vllm": ("*i32", "*i64", "*i32", "*i32"), "own": ("*i64",) * 4}
+    for logits, noise, (kind, on) in itertools.product(("fp32", "bf16", "fp16"), ((0, 0), (1, 0), (0, 1)),
+                                                       (("vllm", True), ("own", False))):
+        slot, pos, local_pos, input_ids = rows[kind]
+        signature = {"block_ids_ptr": "*i64", "block_max_ptr": "*fp32", "processed_ptr": "*fp32",
+                     "logits_ptr": "*" + logits, "row_stride": "i32", "slot_ptr": slot, "pos_ptr": pos,
+                     "local_pos_ptr": local_pos, "input_ids_ptr": input_ids, "temp_ptr": "*fp32",
+                     "seed_ptr": "*i64", "rep_ptr": "*fp32", "freq_ptr": "*fp32", "pres_ptr": "*fp32",
+                     "pen_row_ptr": "*i32", "counts_ptr": "*i32", "prompt_bits_ptr": "*i32", "words": "i32",
+                     "vocab_size": "i32", "num_blocks": "i32"}
+        constexprs = {"BLOCK": 1024, "NOISE_LOG1P": noise[0], "NOISE_MURMUR3": noise[1], "CONTIG": 0 if on else 4,
+                      "PENALTIES": on, "MAX_DRAFTS": 4 if on else 0, "WRITE_PROCESSED": on}
+        signature.update(dict.fromkeys(constexprs, "constexpr"))
+        compiled = triton.compile(ASTSource(_fused_block_kernel, signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert compiled.asm["cubin"], (logits, noise, kind)
+        print("compiled", logits, noise, kind)
+""")
+
+
+def compile_for_sm90(script: str) -> str:
+    """What `script` printed, run in a process without Triton's interpreter."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
 
 def test_compact_tables_penalties_kernel_compiles_for_cuda_with_each_logits_dtype():
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    done = subprocess.run([sys.executable, "-c", COMPILE_PENALTIES], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("compiled") == 6, done.stdout
+    out = compile_for_sm90(COMPILE_PENALTIES)
+    assert out.count("compiled") == 6, out
+
+
+def test_fused_sampling_kernel_compiles_for_cuda_with_each_logits_dtype_and_noise():
+    out = compile_for_sm90(COMPILE_FUSED)
+    assert out.count("compiled") == 18, out
