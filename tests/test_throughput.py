@@ -26,6 +26,24 @@ def run_of(seconds, tokens=2560, ids="a"):
     return {"seconds": seconds, "tokens": tokens, "ids": ids}
 
 
+
+def test_a_run_cut_off_keeps_the_pairs_it_finished(tmp_path):
+    import argparse
+    shapes = throughput.shapes([10, 20], [0.0], 256)
+    runs = {0: {"upstream": [run_of(2.0), run_of(2.0)], "plugin": [run_of(1.0), run_of(1.0)]},
+            1: {"upstream": [], "plugin": []}}
+    meta = {side: {"device": "d", "vllm": "v", "torch": "t", "patched": [], "runner": "mrv2"} for side in throughput.SIDES}
+    args = argparse.Namespace(runs=3, out=tmp_path)
+    rows = throughput.save(tmp_path, args, {"engine": {}}, meta, shapes, runs, {}, complete=False)
+    saved = json.loads((tmp_path / "throughput.json").read_text())
+    assert [row["shape"] for row in rows] == [shapes[0]["name"]] == [row["shape"] for row in saved["rows"]]
+    assert saved["complete"] is False and saved["rows"][0]["pairs"]["n"] == 2
+    assert list(saved["runs"]) == [shapes[0]["name"]]
+    assert "cut off: 2 pairs of 6" in (tmp_path / "throughput.md").read_text()
+    throughput.save(tmp_path, args, {"engine": {}}, meta, shapes, runs, {}, complete=True)
+    assert json.loads((tmp_path / "throughput.json").read_text())["complete"] is True
+    assert "cut off" not in (tmp_path / "throughput.md").read_text()
+
 def test_summary_gives_medians_ranges_pair_ratios_and_whether_ids_agree():
     shape = {"name": "B=10", "batch": 10, "presence": 0.0, "tokens": 256}
     runs = {"upstream": [run_of(1.0), run_of(2.0), run_of(4.0)], "plugin": [run_of(1.0), run_of(1.0), run_of(2.0)]}

@@ -392,6 +392,7 @@ def run(args) -> int:
                         result["steal_s"] = steal_seconds() - steal
                     runs[number][side].append(result)
                     print(f"throughput: run {run_number + 1}, {shape['name']}, {side}: {run_line(result)}", flush=True)
+                save(root, args, spec, meta, shape_list, runs, {}, complete=False)  # kept if the run is cut off
         profiles = {}
         if args.profile:
             for number, shape in enumerate(shape_list):
@@ -404,22 +405,34 @@ def run(args) -> int:
     for engine in engines.values():  # the turn-taking files (their contents are in throughput.json)
         for used in [*engine.folder.glob("go-*"), *engine.folder.glob("done-*")]:
             used.unlink()
-    rows = [summarize(shape, runs[number]) for number, shape in enumerate(shape_list)]
-    text = report(rows, meta["plugin"])
-    print(text, flush=True)
+    rows = save(root, args, spec, meta, shape_list, runs, profiles, complete=True)
+    print((root / "throughput.md").read_text(), end="", flush=True)
     differ = [row["shape"] for row in rows if not row["ids_equal"]]
     if differ:
         print(f"throughput: ids DIFFER ({first_difference(root, shape_list)})", flush=True)
     else:
         for ids in root.glob("*/ids-*.json"):
             ids.unlink()
+    return 1 if differ else 0
+
+
+def save(root: Path, args, spec: dict, meta: dict, shape_list: list[dict], runs: dict[int, dict[str, list[dict]]],
+         profiles: dict, complete: bool) -> list[dict]:
+    """throughput.json and throughput.md from the pairs run so far (the shapes with at least one);
+    `complete` False: written after each pair, so that a run cut off keeps its finished pairs.
+    Returns the rows."""
+    done = [n for n in range(len(shape_list)) if runs[n]["plugin"] and runs[n]["upstream"]]
+    rows = [summarize(shape_list[n], runs[n]) for n in done]
+    text = report(rows, meta["plugin"])
+    if not complete:
+        text += f"\n\n(cut off: {sum(len(runs[n]['plugin']) for n in done)} pairs of {args.runs * len(shape_list)})"
     (root / "throughput.json").write_text(home_as_tilde(json.dumps(
         {"meta": meta, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                                 if k not in ("func", "check_arguments")},
-         "engine": spec["engine"], "rows": rows, "runs": {shape_list[n]["name"]: r for n, r in runs.items()},
-         "profiles": profiles}, indent=1)) + "\n")
+         "engine": spec["engine"], "complete": complete, "rows": rows,
+         "runs": {shape_list[n]["name"]: runs[n] for n in done}, "profiles": profiles}, indent=1)) + "\n")
     (root / "throughput.md").write_text(text + "\n")
-    return 1 if differ else 0
+    return rows
 
 
 def home_as_tilde(text: str) -> str:
