@@ -45,8 +45,9 @@ PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --p
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64
            --platform manylinux_2_24_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64)
 
-# What 0.24 and later import in newer versions than the GPU image and 0.22's wheels have
-# (transformers>=5.5.3 and its hub, jsonschema); first on PYTHONPATH in a release's site.
+# What 0.24 and later need besides 0.22's wheels, first on PYTHONPATH in a release's site: jsonschema,
+# which the GPU image lacks, and transformers with its hub at the versions 0.26's own environment
+# resolves (the image's transformers 5.17 also meets 0.24's transformers>=5.5.3).
 EXTRA_WHEELS=(transformers==5.25.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 kernels==0.19.1
               regex==2026.11.19 click==8.5.1 jsonschema==4.26.0 jsonschema-specifications==2025.9.1
               referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0)
