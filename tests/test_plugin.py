@@ -188,6 +188,31 @@ def test_a_cpu_record_does_not_install_on_a_cuda_engine(monkeypatch, tmp_path, c
     assert f"not validated for vLLM {version} on cuda (validated on cpu)" in caplog.text, caplog.text
 
 
+
+def test_a_patch_that_fails_to_install_is_named_with_the_way_out(monkeypatch, tmp_path):
+    """A vLLM build whose code differs from the release the gate validated (a patch's target
+    missing): vLLM calls plugins without catching their errors, so the plugin's own error must
+    name the hot path and how to start without it, not end deep inside the patch."""
+    from vllm_hotpaths import plugin
+
+    version = vllm_env.installed_version()
+    path = tmp_path / "validated.json"
+    path.write_text(json.dumps({"swap_states": {version: CPU_RECORD}, "penalties": {version: CPU_RECORD}}))
+    monkeypatch.setenv("VLLM_HOTPATHS_VALIDATED", str(path))
+    monkeypatch.setenv("VLLM_HOTPATHS", "penalties,swap_states")
+    monkeypatch.setattr(plugin, "_installed", {"penalties": []})  # installed already: only swap_states runs
+
+    def missing_target(version):
+        raise AttributeError("type object 'InputBatch' has no attribute 'swap_states'")
+
+    monkeypatch.setattr(registry, "resolve", lambda dotted: missing_target)
+    with pytest.raises(RuntimeError) as raised:
+        plugin.register()
+    message = str(raised.value)
+    assert f"the swap_states patch could not be installed on vLLM {version}" in message, message
+    assert "no attribute 'swap_states'" in message and "VLLM_HOTPATHS=penalties" in message, message
+    assert isinstance(raised.value.__cause__, AttributeError)
+
 def test_the_engine_device_is_found_without_initializing_cuda(monkeypatch):
     """vLLM loads plugins before it forks workers, and its own tests fork per test: asking the
     CUDA runtime whether a GPU exists would leave every forked child unable to use CUDA. With

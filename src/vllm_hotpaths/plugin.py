@@ -115,7 +115,14 @@ def register() -> dict[str, list[str]]:
             logger.info("vllm-hotpaths: %s left to upstream on vLLM %s: %s", name, version, reason)
             _installed[name] = []
             continue
-        _installed[name] = registry.resolve(registry.get(name).patch)(version)
+        try:
+            _installed[name] = registry.resolve(registry.get(name).patch)(version)
+        except Exception as err:  # vLLM does not catch a plugin's error: say which patch, and the way out
+            rest = ",".join(n for n in names if n != name) or "off"
+            raise RuntimeError(
+                f"vllm-hotpaths: the {name} patch could not be installed on vLLM {version} ({type(err).__name__}: "
+                f"{err}); this vLLM's code differs from what the gate validated for {version}. Start without "
+                f"it with VLLM_HOTPATHS={rest}, and gate this install: `vllm-hotpaths gate --hotpath {name}`") from err
         runner = registry.get(name).runner
         logger.info("vllm-hotpaths: %s installed for vLLM %s (%s), called by %s", name, version,
                     ", ".join(_installed[name]),
