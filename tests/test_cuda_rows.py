@@ -127,3 +127,5 @@ def test_reports_of_one_commit_join_a_patch_run_per_release_to_the_fast_paths_ru
     assert folded["0.28.0"]["devices"] == ["cpu"]
     with pytest.raises(ValueError, match="different suite commits"):
         cuda_rows.joined([bare, report(commit="zzz")])
+    with pytest.raises(ValueError, match="profiles ci and gate cannot be joined"):
+        cuda_rows.joined([bare, report(profile="gate")])

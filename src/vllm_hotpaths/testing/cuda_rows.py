@@ -74,9 +74,8 @@ def joined(reports: list[dict]) -> dict:
     release it ran with (a run without vLLM for the fast paths, one per release for a patch)."""
     first = reports[0]
     for other in reports[1:]:
-        for key in ("profile",):
-            if other[key] != first[key]:
-                raise ValueError(f"reports of profiles {first[key]} and {other[key]} cannot be joined")
+        if other["profile"] != first["profile"]:
+            raise ValueError(f"reports of profiles {first['profile']} and {other['profile']} cannot be joined")
         if other.get("environment", {}).get("commit") != first.get("environment", {}).get("commit"):
             raise ValueError("reports of different suite commits cannot be joined")
     return {**first, "devices": sorted({d for r in reports for d in r.get("devices", ())}),
