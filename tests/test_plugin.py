@@ -188,7 +188,6 @@ def test_a_cpu_record_does_not_install_on_a_cuda_engine(monkeypatch, tmp_path, c
     assert f"not validated for vLLM {version} on cuda (validated on cpu)" in caplog.text, caplog.text
 
 
-
 def test_a_patch_that_fails_to_install_is_named_with_the_way_out(monkeypatch, tmp_path):
     """A vLLM build whose code differs from the release the gate validated (a patch's target
     missing): vLLM calls plugins without catching their errors, so the plugin's own error must
@@ -212,6 +211,7 @@ def test_a_patch_that_fails_to_install_is_named_with_the_way_out(monkeypatch, tm
     assert f"the swap_states patch could not be installed on vLLM {version}" in message, message
     assert "no attribute 'swap_states'" in message and "VLLM_HOTPATHS=penalties" in message, message
     assert isinstance(raised.value.__cause__, AttributeError)
+
 
 def test_the_engine_device_is_found_without_initializing_cuda(monkeypatch):
     """vLLM loads plugins before it forks workers, and its own tests fork per test: asking the

@@ -1,6 +1,7 @@
 """`vllm-hotpaths throughput` and the decode profile's tables: what runs without a GPU (the turn
 order, the summary, the engine's arguments, py-spy's and torch's files read back)."""
 
+import argparse
 import gzip
 import json
 import os
@@ -26,9 +27,7 @@ def run_of(seconds, tokens=2560, ids="a"):
     return {"seconds": seconds, "tokens": tokens, "ids": ids}
 
 
-
 def test_a_run_cut_off_keeps_the_pairs_it_finished(tmp_path):
-    import argparse
     shapes = throughput.shapes([10, 20], [0.0], 256)
     runs = {0: {"upstream": [run_of(2.0), run_of(2.0)], "plugin": [run_of(1.0), run_of(1.0)]},
             1: {"upstream": [], "plugin": []}}
@@ -43,6 +42,7 @@ def test_a_run_cut_off_keeps_the_pairs_it_finished(tmp_path):
     throughput.save(tmp_path, args, {"engine": {}}, meta, shapes, runs, {}, complete=True)
     assert json.loads((tmp_path / "throughput.json").read_text())["complete"] is True
     assert "cut off" not in (tmp_path / "throughput.md").read_text()
+
 
 def test_summary_gives_medians_ranges_pair_ratios_and_whether_ids_agree():
     shape = {"name": "B=10", "batch": 10, "presence": 0.0, "tokens": 256}
