@@ -62,24 +62,33 @@ wheel_of() {  # the cached wheel of vLLM VERSION (downloaded once)
   ls "$cache"/vllm-"$version"-*.whl | head -1
 }
 
+py312_wheels() {  # py312_wheels DIR SPEC...: Python 3.12 wheels for the GPU machine, into DIR
+  local dir=$1 && shift
+  mkdir -p "$dir"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${PLATFORMS[@]}" -d "$dir" "$@"
+}
+
+pack_site() {  # pack_site VERSION WORK: WORK/py.tar.xz (all but .so), WORK/so.tar.xz and its sha256
+  local work=$2
+  unzip -q "$(wheel_of "$1")" -d "$work/site" -x "${LEFT_OUT[@]}"
+  sed -i 's/^    raise ImportError($/    _missing = (/' "$work/site/vllm/vllm_flash_attn/__init__.py"
+  (cd "$work/site" && tar -cJf ../py.tar.xz --exclude='*.so' .)
+  (cd "$work/site" && find . -name '*.so' | tar -cf - -T - | xz -9 -T0 > ../so.tar.xz)
+  (cd "$work" && sha256sum so.tar.xz | cut -d' ' -f1 > so.tar.xz.sha256)
+}
+
 pack() {
   local version=${1:-0.22.0} cache=${STAGE_CACHE:-/tmp/vllm-stage-cache} work
   work=$(mktemp -d)
-  mkdir -p "$cache/wheels"
-  ls "$cache"/vllm-"$version"-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps "vllm==$version" -d "$cache"
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    "${PLATFORMS[@]}" -d "$cache/wheels" "${WHEELS[@]}"
+  py312_wheels "$cache/wheels" "${WHEELS[@]}"
   python3 -m pip wheel -q --no-deps . -w "$work/wheels"
   cp "$cache"/wheels/*.whl "$work/wheels/"
-  unzip -q "$cache"/vllm-"$version"-*.whl -d "$work/site" -x "${LEFT_OUT[@]}"
-  sed -i 's/^    raise ImportError($/    _missing = (/' "$work/site/vllm/vllm_flash_attn/__init__.py"
   (cd "$work" && tar -cf wheels.tar wheels)
-  (cd "$work/site" && tar -cJf ../py.tar.xz --exclude='*.so' .)
-  (cd "$work/site" && find . -name '*.so' | tar -cf - -T - | xz -9 -T0 > ../so.tar.xz)
+  pack_site "$version" "$work"
   rm -rf carry/vllm-stage-*
   mkdir -p carry/vllm-stage-1 carry/vllm-stage-2
-  mv "$work/wheels.tar" "$work/py.tar.xz" carry/vllm-stage-1/
-  (cd "$work" && sha256sum so.tar.xz | cut -d' ' -f1) > carry/vllm-stage-1/so.tar.xz.sha256
+  mv "$work/wheels.tar" "$work/py.tar.xz" "$work/so.tar.xz.sha256" carry/vllm-stage-1/
   split -b 30m -d "$work/so.tar.xz" "$work/so.tar.xz.part-"
   mv "$work/so.tar.xz.part-00" carry/vllm-stage-1/
   mv "$work"/so.tar.xz.part-* carry/vllm-stage-2/
@@ -91,13 +100,10 @@ case "${1:-}" in
   pack) pack "${2:-}" ;;
   pack-deps)  # here: carry/vllm-deps, the wheels a release's site needs besides its own files
     work=$(mktemp -d) cache=${STAGE_CACHE:-/tmp/vllm-stage-cache}
-    mkdir -p "$cache/wheels" "$cache/extra" "$work/wheels" "$work/extra"
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      "${PLATFORMS[@]}" -d "$cache/wheels" "${WHEELS[@]}"
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      "${PLATFORMS[@]}" -d "$cache/extra" "${EXTRA_WHEELS[@]}"
+    py312_wheels "$cache/wheels" "${WHEELS[@]}"
+    py312_wheels "$cache/extra" "${EXTRA_WHEELS[@]}"
     python3 -m pip wheel -q --no-deps . -w "$work/wheels"
-    cp "$cache"/wheels/*.whl "$work/wheels/" && cp "$cache"/extra/*.whl "$work/extra/"
+    mkdir -p "$work/extra" && cp "$cache"/wheels/*.whl "$work/wheels/" && cp "$cache"/extra/*.whl "$work/extra/"
     rm -rf carry/vllm-deps && mkdir -p carry/vllm-deps
     (cd "$work" && tar -cf "$OLDPWD/carry/vllm-deps/wheels.tar" wheels extra)
     rm -rf "$work"
@@ -105,13 +111,10 @@ case "${1:-}" in
     ;;
   pack-release)  # here: carry/vllm-rel-VERSION (Python files) and carry/vllm-rel-VERSION-so (compiled)
     version=$2 work=$(mktemp -d)
-    unzip -q "$(wheel_of "$version")" -d "$work/site" -x "${LEFT_OUT[@]}"
-    sed -i 's/^    raise ImportError($/    _missing = (/' "$work/site/vllm/vllm_flash_attn/__init__.py"
+    pack_site "$version" "$work"
     rm -rf "carry/vllm-rel-$version" "carry/vllm-rel-$version-so"
     mkdir -p "carry/vllm-rel-$version" "carry/vllm-rel-$version-so"
-    (cd "$work/site" && tar -cJf - --exclude='*.so' .) > "carry/vllm-rel-$version/py.tar.xz"
-    (cd "$work/site" && find . -name '*.so' | tar -cf - -T - | xz -9 -T0) > "$work/so.tar.xz"
-    (cd "$work" && sha256sum so.tar.xz | cut -d' ' -f1) > "carry/vllm-rel-$version/so.tar.xz.sha256"
+    mv "$work/py.tar.xz" "$work/so.tar.xz.sha256" "carry/vllm-rel-$version/"
     split -b 55m -d "$work/so.tar.xz" "carry/vllm-rel-$version-so/so.tar.xz.part-"
     rm -rf "$work"
     du -sh "carry/vllm-rel-$version"*
@@ -156,10 +159,8 @@ case "${1:-}" in
     echo "export PYTHONPATH=$PWD/site\${PYTHONPATH:+:\$PYTHONPATH} VLLM_HOTPATHS_VLLM_C=$PWD/site/vllm/_C.abi3.so"
     ;;
   pack-py)  # here: carry/vllm-py-VERSION/py.tar.xz, the Python files and dist-info of a vLLM wheel
-    version=$2 cache=${STAGE_CACHE:-/tmp/vllm-stage-cache} work=$(mktemp -d)
-    mkdir -p "$cache"
-    ls "$cache"/vllm-"$version"-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps "vllm==$version" -d "$cache"
-    unzip -q "$cache"/vllm-"$version"-*.whl '*.py' "vllm-$version.dist-info/*" -d "$work" -x '*/RECORD'
+    version=$2 work=$(mktemp -d)
+    unzip -q "$(wheel_of "$version")" '*.py' "vllm-$version.dist-info/*" -d "$work" -x '*/RECORD'
     mkdir -p "carry/vllm-py-$version"
     (cd "$work" && tar -cJf - .) > "carry/vllm-py-$version/py.tar.xz"
     rm -rf "$work"
