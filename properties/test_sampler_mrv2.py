@@ -101,3 +101,44 @@ def test_candidate_matches_reference_where_a_token_draws_the_largest_noise(data,
     assert want.tolist() == [want_id], f"the reference sampled {want.tolist()}, the row was built for {want_id}"
     reference_side = Side(f"reference {version}", reference, version)
     HOTPATH.make_checks().agree(program, reference_side, Side(name, factory, version), device, case_log)
+
+
+RAISING = (("repetition_penalty", 0.7), ("presence_penalty", -2.0), ("frequency_penalty", -2.0))
+
+
+@pytest.mark.check("equivalence")
+@given(data=st.data())
+@settings(max_examples=max(10, settings.default.max_examples // 15))
+def test_candidate_matches_reference_where_a_penalty_raises_an_id_of_a_later_block(data, candidate, device,
+                                                                                   case_log):
+    """One random request (temperature 0.05) whose penalty raises a logit: repetition 0.7 on an id
+    of its prompt, or presence or frequency -2 on an id of its output. That id `b`, in a block
+    after the first, has the largest logit of its block, `x_b` in [20, 40]; id `a` of the first
+    block has `x_b + 1`, the row's largest unpenalized logit. Penalized, `b` leads by at least
+    1 / 0.05 = 20 before the noise, and its block's unpenalized top plus the noise's bound stays
+    below `b`'s own noisy value: a pass that took unpenalized tops as bounds for such a row would
+    skip `b`'s block. The reference's choice, `b`, is checked too (a row built wrong fails)."""
+    from vllm_hotpaths.testing.cases.logits_copy import LogitsProgram, run
+
+    name, factory, version = candidate
+    vocab = data.draw(st.sampled_from((1025, 2048, 3000)), label="vocab")
+    a = data.draw(st.integers(0, BLOCK - 1), label="a")
+    b = data.draw(st.integers(BLOCK, vocab - 1), label="b")
+    knob, value = data.draw(st.sampled_from(RAISING), label="penalty")
+    x_b = data.draw(st.floats(20.0, 40.0, width=32), label="x_b")
+    prompt, output = ((b,), ()) if knob == "repetition_penalty" else ((a,), (b,))
+    params = (("temperature", 0.05), (knob, value), ("seed", data.draw(st.integers(0, 2**63 - 1), label="seed")))
+    step = ("step", ((0, ()),), data.draw(st.integers(0, 2**32 - 1), label="logits seed"), 0.0,
+            ((0, a, x_b + 1.0), (0, b, x_b)))
+    # Twice: the equivalence comparisons ask for the processed logits on the first step only, and
+    # a pass computes its tops exactly wherever it writes them.
+    program = LogitsProgram(vocab, 1, "float32", (("add", 0, prompt, output, params), step, step))
+    case_log.record(program)
+    reference = HOTPATH.reference(version)
+    built = next(run(program, [], device))
+    (want_from,) = program.samplers(reference, device=device)
+    next(run(program, [want_from], device))
+    want, _ = want_from.sample(*built.args(), processed=False)
+    assert want.tolist() == [b], f"the reference sampled {want.tolist()}, the row was built for {b}"
+    reference_side = Side(f"reference {version}", reference, version)
+    HOTPATH.make_checks().agree(program, reference_side, Side(name, factory, version), device, case_log)

@@ -135,7 +135,21 @@ LazyNaNLaneLeftOut = _lazy("LazyNaNLaneLeftOut", [
 LazyTiesLeftOut = _lazy("LazyTiesLeftOut", [
     ("+ bound >= tl.load(best_ptr + row)", "+ bound > tl.load(best_ptr + row)")])
 
+# Every penalized row's tops taken as bounds: a repetition below 1 or a negative frequency or
+# presence raises logits, so a block whose unpenalized top plus the bound misses the threshold
+# may hold the winner.
+LazyRaisingPenaltyBounded = _lazy("LazyRaisingPenaltyBounded", [
+    ("    return (rep >= 1.0) & (rep < float(\"inf\"))", "    return (rep == rep) | (rep < float(\"inf\"))")])
+
+# The threshold from the top id's unpenalized logit: above its noisy value where a penalty
+# lowers it, so blocks that hold the winner are skipped.
+LazyThresholdUnpenalized = _lazy("LazyThresholdUnpenalized", [
+    ("words, vocab_size, 0, PENALTIES, MAX_DRAFTS)", "words, vocab_size, 0, False, MAX_DRAFTS)")])
+
 # name -> (the law or property that catches it against the 0.31.0 reference, the devices)
 LAZY_MUTANTS = {"LazyBoundOneUlpTight": ("test_candidate_matches_reference_where_a_token_draws_the_largest_noise",
                                          "cpu cuda"),
-                "LazyNaNLaneLeftOut": ("equivalence", "cpu cuda"), "LazyTiesLeftOut": ("equivalence", "cpu cuda")}
+                "LazyNaNLaneLeftOut": ("equivalence", "cpu cuda"), "LazyTiesLeftOut": ("equivalence", "cpu cuda"),
+                "LazyRaisingPenaltyBounded": (
+                    "test_candidate_matches_reference_where_a_penalty_raises_an_id_of_a_later_block", "cpu cuda"),
+                "LazyThresholdUnpenalized": ("equivalence", "cpu cuda")}

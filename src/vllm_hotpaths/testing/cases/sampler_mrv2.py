@@ -6,6 +6,9 @@ At every step, each side's `sample` returns the batch's ids and processed logits
 compared exactly, the processed logits bit for bit after upcasting to fp32, and neither side may
 write the caller's logits. The equivalence law then also runs each request alone (on copies of
 both sides taken before the step), as `logits_copy`'s does: a batch can hide one request's path.
+There, on odd steps, the candidate samples the batch without its processed logits (what the
+plugin asks for unless a processed logprobs mode reads them: its kernels without the write), its
+ids compared with the reference's; each request alone still returns them.
 """
 
 from __future__ import annotations
@@ -35,13 +38,25 @@ def sampled(impl, step: Step, label: str):
     return ids, out
 
 
-def assert_same_step(step: Step, want_from, got_from, expected: Side, actual: Side, label: str) -> None:
-    want_ids, want = sampled(want_from, step, f"{label}, {expected.label}")
-    got_ids, got = sampled(got_from, step, f"{label}, {actual.label}")
+def _assert_same_ids(got_ids, want_ids, label: str, got_label: str, want_label: str) -> None:
     if not torch.equal(got_ids, want_ids):
         rows = (got_ids != want_ids).nonzero().flatten().tolist()
-        raise AssertionError(f"{label}: {actual.label} sampled {got_ids.tolist()}, {expected.label} "
+        raise AssertionError(f"{label}: {got_label} sampled {got_ids.tolist()}, {want_label} "
                              f"{want_ids.tolist()} (rows {rows} differ)")
+
+
+def assert_same_step(step: Step, want_from, got_from, expected: Side, actual: Side, label: str,
+                     unprocessed: bool = False) -> None:
+    """The step's ids and processed logits on both sides; `unprocessed`: the actual side samples
+    without its processed logits (its kernels' other variant): the same ids, and None."""
+    want_ids, want = sampled(want_from, step, f"{label}, {expected.label}")
+    if unprocessed:
+        got_ids, got = got_from.sample(*step.args(), processed=False)
+        assert got is None, f"{label}: {actual.label} returned processed logits nobody asked for"
+        _assert_same_ids(got_ids, want_ids, label, f"{actual.label} (no processed logits asked for)", expected.label)
+        return
+    got_ids, got = sampled(got_from, step, f"{label}, {actual.label}")
+    _assert_same_ids(got_ids, want_ids, label, actual.label, expected.label)
     assert_same_bits(got.float(), want.float(), f"{label} ({actual.label} vs {expected.label}): processed "
                                                 "logits, upcast to fp32")
 
@@ -49,8 +64,10 @@ def assert_same_step(step: Step, want_from, got_from, expected: Side, actual: Si
 def assert_same_sampling(program: LogitsProgram, expected: Side, actual: Side, device, alone: bool,
                          per_block: bool = False) -> None:
     """Every step's whole batch; with `alone`, each request of the step alone too, on copies of
-    both sides taken before the batch's call. `per_block`: a reference samples with one program
-    per row and block in Triton's interpreter too (the launch CUDA runs)."""
+    both sides taken before the batch's call; then on odd steps the actual side samples the batch
+    without its processed logits (each request alone still returns them). `per_block`: a
+    reference samples with one program per row and block in Triton's interpreter too (the launch
+    CUDA runs)."""
     first, second = program.samplers(expected.factory, actual.factory, device=device)
     for impl in (first, second):
         if hasattr(impl, "per_block"):
@@ -62,7 +79,7 @@ def assert_same_sampling(program: LogitsProgram, expected: Side, actual: Side, d
         for j, (step, (want_from, got_from)) in enumerate(zip([batch, *requests],
                                                                 [(first, second), *zip(*copies)])):
             label = f"step {i}" + (f", request {step.rows[0]} alone" if j else "")
-            assert_same_step(step, want_from, got_from, expected, actual, label)
+            assert_same_step(step, want_from, got_from, expected, actual, label, unprocessed=alone and not j and i % 2)
 
 
 def is_live(side: Side) -> bool:
