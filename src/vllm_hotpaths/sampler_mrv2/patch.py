@@ -4,8 +4,9 @@ with the release's own noise and copy rules (the reference in force there: `refe
 `Sampler.add_request` also sets the slot's flag: the fused kernel covers the request
 (`fast.fused_covers`: temperature and penalties only; no top-k/top-p, logit bias, allowed ids,
 min tokens with stop ids, bad words, min_p or thinking budget). `Sampler.sample`, when every
-request of the batch is flagged, runs `fast.fused_sample` on vLLM's own state: the row tensors it
-is called with, the temperatures and seeds of `sampling_states`, the penalties, prompt bitmask and
+request of the batch is flagged, runs `fast.fused_sample` (or, where `lazy_choice` allows it on a
+release whose noise has a bound, the lazy pass that `pass_choice` picks per batch) on vLLM's own
+state: the row tensors it is called with, the temperatures and seeds of `sampling_states`, the penalties, prompt bitmask and
 output counts of `penalties_state`. It returns the ids and the processed logits where
 `Sampler.__call__` reads them (a processed logprobs mode, and from 0.23 only when logprobs were
 asked for), None elsewhere instead of a tensor nobody reads. From 0.27, a batch in which no request
@@ -47,6 +48,8 @@ from vllm_hotpaths import vllm_env
 from vllm_hotpaths.logits_copy import InvalidSamplingInput
 from vllm_hotpaths.logits_copy.patch import request_params
 from vllm_hotpaths.sampler_mrv2.fast import fused_covers, fused_sample, penalize_in_place
+from vllm_hotpaths.sampler_mrv2.lazy import lazy_sample
+from vllm_hotpaths.sampler_mrv2.pass_choice import PassChoice
 from vllm_hotpaths.sampler_mrv2.penalty_tables import CompactCounts
 
 SAMPLER = "vllm.v1.worker.gpu.sample.sampler"
@@ -69,8 +72,9 @@ _patched_class: dict[str, type] = {}  # "Sampler": the class whose methods the p
 
 FIRST, LAST = (0, 22), (0, 33)  # the releases whose Model Runner V2 sampler this patch is written for
 COMPACT_UNTIL = (0, 30)  # the last release whose PenaltiesState is 0.22's
-# What the patch must know of the release it runs on (`configure`): its reference, its noise.
-_release = {"reference": None, "compact": False}
+# What the patch must know of the release it runs on (`configure`): its reference, its noise;
+# and whether a batch may take the lazy pass (`lazy_choice`).
+_release = {"reference": None, "compact": False, "lazy": False}
 NATIVE_PROCESSORS = ("LogitBiasState", "PenaltiesState", "BadWordsState")
 PROCESSED_MODES = ("processed_logprobs", "processed_logits")
 
@@ -112,6 +116,24 @@ def configure(version: str) -> None:
     hotpath = registry.get("sampler_mrv2")
     _release["reference"] = registry.resolve(hotpath.references[hotpath.reference_version_for(version)])
     _release["compact"] = compact_tables(version)
+
+
+def lazy_choice(enabled: bool) -> None:
+    """Whether samplers may take the lazy pass (`pass_choice`) where the release's noise has a
+    bound (0.24 on). Off unless asked for: `install` leaves it off."""
+    _release["lazy"] = enabled
+
+
+def pass_choice(sampler) -> PassChoice | None:
+    """The sampler's choice between the lazy and the fused pass, or None where every batch takes
+    the fused one (the lazy pass is off, or the release's noise has no bound: 0.22, 0.23)."""
+    reference = release_reference()
+    if not (_release["lazy"] and (reference.NOISE_LOG1P or reference.NOISE_MURMUR3)):
+        return None
+    choice = sampler.__dict__.get("_hotpaths_choice")
+    if choice is None:
+        choice = sampler._hotpaths_choice = PassChoice()
+    return choice
 
 
 def release_reference():
@@ -235,9 +257,14 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
             np.any(idx_mapping_np < 0) or not flags[idx_mapping_np].all():
         return None
     raw = samples_unprocessed(sampler, idx_mapping_np)
-    ids, processed = fused_sample(**fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
-                                                    input_ids, expanded_local_pos, raw,
-                                                    reads_processed(sampler, return_logprobs)))
+    arguments = fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
+                                expanded_local_pos, raw, reads_processed(sampler, return_logprobs))
+    choice = pass_choice(sampler)
+    if choice is not None and choice.lazy_next():
+        ids, processed, drawn = lazy_sample(**arguments)
+        choice.lazy_done(drawn, logits.shape[1])
+    else:
+        ids, processed = fused_sample(**arguments)
     return ids, (logits if raw else processed)
 
 
@@ -246,10 +273,10 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
     whose requests take upstream's path and get no penalty rows: `SamplingParams.for_sampler_warmup`
     sets top-k, top-p and min_p), launch each of the patch's kernels once per variant this engine
     can meet, on the batch's first row, so that Triton compiles them at start-up and not on the
-    first requests they serve: the fused kernel with and without penalties, without drafts and,
-    where speculative decoding is on (the sampler's bound, vLLM's `num_speculative_steps + 1`, is
-    then above 1), with the bound, the processed logits written as the logprobs mode asks; and with
-    compact tables their kernels (`compile_table_kernels`). Their results are dropped. Returns the
+    first requests they serve: the fused kernel (and the lazy pass's, where a batch may take it:
+    `pass_choice`) with and without penalties, without drafts and, where speculative decoding is
+    on (the sampler's bound, vLLM's `num_speculative_steps + 1`, is then above 1), with the bound,
+    the processed logits written as the logprobs mode asks; and with compact tables their kernels (`compile_table_kernels`). Their results are dropped. Returns the
     launches made (none on the CPU, where nothing is compiled)."""
     if sampler.__dict__.get("_hotpaths_compiled") is not None:
         return 0
@@ -274,8 +301,9 @@ def _launch_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
         for penalized in (False, True):
             for raw in raws:
                 for write in writes - ({True} if raw else set()):
-                    fused_sample(**{**first, "penalized": penalized, "drafts": drafts, "raw": raw, "write": write})
-                    sampler._hotpaths_compiled += 1
+                    for sample in (fused_sample, lazy_sample) if pass_choice(sampler) else (fused_sample,):
+                        sample(**{**first, "penalized": penalized, "drafts": drafts, "raw": raw, "write": write})
+                        sampler._hotpaths_compiled += 1
     sampler._hotpaths_compiled += compile_table_kernels(sampler, first, bounds)
 
 

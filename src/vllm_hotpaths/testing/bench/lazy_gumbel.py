@@ -5,8 +5,11 @@ is a flat row, where nothing can be skipped. Each point: the requests' temperatu
 the head's gap after it is gap / t), without a penalty and with presence 1.5. Reported per point:
 the share of the batch's ids whose noise the lazy pass drew, and whole-call wall times measured
 side by side as `bench.sampler_mrv2` measures them (host work included; upstream with its
-device-side arguments prebuilt), with `triton.testing.do_bench` device times. The ids of all
-sides are compared before timing.
+device-side arguments prebuilt), with `triton.testing.do_bench` device times. Where the plugin's
+patch is written for the installed vLLM, also vLLM's `Sampler.sample` patched, called with the
+same prebuilt arguments as upstream's (the whole call as vLLM makes it): its pass forced fused,
+forced lazy, and chosen per batch (`sampler_mrv2.pass_choice`). The ids of all sides are
+compared before timing.
 
     python -m vllm_hotpaths.testing.bench.lazy_gumbel [--json FILE] [--batch B] [--release X]
 """
@@ -22,7 +25,8 @@ import torch
 from vllm_hotpaths import registry, vllm_env
 from vllm_hotpaths.logits_copy import RequestParams
 from vllm_hotpaths.sampler_mrv2 import lazy
-from vllm_hotpaths.testing.bench.sampler_mrv2 import KINDS, VOCAB, _upstream, upstream_sample, wall_time
+from vllm_hotpaths.testing.bench.sampler_mrv2 import (KINDS, VOCAB, _upstream, plugin_applies, upstream_sample,
+                                                      wall_time)
 
 GAPS = (0.0, 10.0, 20.0, 30.0, 40.0)
 TEMPERATURES = (1.0, 0.6)
@@ -40,6 +44,29 @@ def shaped_logits(batch: int, vocab: int, gap: float, generator, device) -> torc
 def lazy_type(fused_type: type) -> type:
     """The lazy pass over a release's fused pass (`lazy._Lazy`, as the registered ones are made)."""
     return type(f"Lazy{fused_type.__name__}", (lazy._Lazy, fused_type), {})
+
+
+def plugin_times(sampler, built: dict, want: torch.Tensor) -> dict:
+    """The patched `Sampler.sample` on `built` (upstream's prebuilt arguments), its pass forced
+    fused, forced lazy, then chosen by `pass_choice`'s rule from a fresh start (its steady state
+    over the timing loop): wall and device seconds, after checking each one's ids."""
+    import triton.testing
+
+    from vllm_hotpaths.sampler_mrv2 import pass_choice, patch
+
+    patch.lazy_choice(True)
+    try:
+        times = {}
+        for name, forced in (("fused", "fused"), ("lazy", "lazy"), ("auto", None)):
+            sampler._hotpaths_choice = pass_choice.PassChoice(forced)
+            ids, _ = sampler.sample(**built)
+            assert torch.equal(ids.view(-1).to(torch.int64), want), (name, "plugin vs fused")
+            times[f"plugin_{name}_s"] = wall_time(lambda kw: sampler.sample(**kw), [built])
+            times[f"plugin_{name}_device_s"] = triton.testing.do_bench(lambda: sampler.sample(**built)) * 1e-3
+        times["plugin_auto_fused_left"] = sampler._hotpaths_choice.fused_left  # 0: the rule was taking lazy
+    finally:
+        patch.lazy_choice(False)
+    return times
 
 
 def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release: str | None = None) -> list[dict]:
@@ -97,12 +124,22 @@ def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release
                     record["upstream_device_s"] = triton.testing.do_bench(
                         lambda: vllm_sample(live.sampler, **built)) * 1e-3
                     record["ratio"] = record["upstream_s"] / record["lazy_s"]
+                    if plugin_applies():
+                        record.update(plugin_times(live.sampler, built, want))
+                        record["plugin_ratio"] = record["upstream_s"] / record["plugin_lazy_s"]
+                        record["plugin_auto_ratio"] = record["upstream_s"] / record["plugin_auto_s"]
                     del live, built
                 print(f"{gap:4g} {t:4g} {kind:12} {drawn:7.2%} | "
                       f"{record.get('upstream_s', float('nan')) * 1e3:7.3f}ms {record['fused_s'] * 1e3:6.3f}ms "
                       f"{record['lazy_s'] * 1e3:6.3f}ms | {record.get('ratio', float('nan')):6.2f}x "
                       f"{record['fused_ratio']:9.2f}x | {record.get('upstream_device_s', float('nan')) * 1e3:8.3f} "
                       f"{record['fused_device_s'] * 1e3:7.3f} {record['lazy_device_s'] * 1e3:7.3f}", flush=True)
+                if "plugin_auto_s" in record:
+                    print(f"{'':4} {'':4} {'plugin':12} {'':7} | {'':9} {record['plugin_fused_s'] * 1e3:6.3f}ms "
+                          f"{record['plugin_lazy_s'] * 1e3:6.3f}ms | {record['plugin_ratio']:6.2f}x "
+                          f"{record['plugin_fused_s'] / record['plugin_lazy_s']:9.2f}x | chosen: "
+                          f"{record['plugin_auto_s'] * 1e3:.3f}ms, {record['plugin_auto_ratio']:.2f}x upstream, "
+                          f"{record['plugin_fused_s'] / record['plugin_auto_s']:.2f}x fused", flush=True)
                 records.append(record)
                 del fused, lazy_pass
                 torch.cuda.empty_cache()

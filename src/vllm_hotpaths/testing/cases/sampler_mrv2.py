@@ -219,7 +219,9 @@ class SamplingPassChecks(Checks):
         left as given (0.26 processes them in place: there each side gets its own copy). Both
         samplers take the program's admissions and sampled tokens through vLLM's own calls
         (`bincount`, `post_update`); on 0.22 to 0.30 the patched one into its compact tables, which
-        hold a row for each penalized request and none for the others.
+        hold a row for each penalized request and none for the others. Where the release's noise
+        has a bound (0.24 on), the patched sampler takes the lazy pass on odd steps, the fused one
+        on even steps (`patch.pass_choice`, forced).
 
         A step the patch hands to upstream whose batch holds allowed ids is compared on CPU only:
         on CUDA, vLLM 0.22's `_bias_kernel` fills the row with -inf and restores the allowed
@@ -238,8 +240,21 @@ class SamplingPassChecks(Checks):
             (upstream,) = case.samplers(factory, device=device)
         with patch.penalty_tables("compact" if compact else "dense"):
             (live,) = case.samplers(factory, device=device)
+        patch.lazy_choice(True)
+        try:
+            self._patch_steps(case, upstream, live, device, compact, in_place)
+        finally:
+            patch.lazy_choice(False)
+
+    def _patch_steps(self, case: LogitsProgram, upstream, live, device, compact: bool, in_place: bool) -> None:
+        from vllm_hotpaths import vllm_env
+        from vllm_hotpaths.sampler_mrv2 import patch
+
         sampler = live.sampler
         for i, step in enumerate(run(case, (upstream, live), device)):
+            choice = patch.pass_choice(sampler)  # None where the release's noise has no bound
+            if choice is not None:
+                choice.forced = "lazy" if i % 2 else "fused"
             if compact:
                 _assert_rows_held(sampler.penalties_state, upstream.sampler.penalties_state, live.params, i)
             else:
@@ -269,7 +284,7 @@ class SamplingPassChecks(Checks):
                     f"step {i}, {mode}: patched {ids.tolist()}, upstream {want_ids.tolist()}"
                 if out is None:
                     assert mode == "raw_logprobs" and not deferred, f"step {i}: no processed logits under {mode}"
-                    note("a step the patch samples with the fused kernel")
+                    note("a step the patch samples with the " + ("lazy pass" if choice and i % 2 else "fused kernel"))
                 else:
                     assert_same_bits(out.float(), want.float(), f"step {i}, {mode}: processed logits, patched vs "
                                                                 "upstream")
