@@ -3,7 +3,7 @@
 Triton's interpreter, which runs every CPU row, accepts kernels that the CUDA compiler refuses: a
 branch that turns a bf16 value into fp32 is one. So the kernels that vLLM hands logits of the
 model's dtype (the compact tables' penalties kernel, the fused sampling kernel the plugin
-installs) are compiled here, to PTX and a cubin for an H100/H200 (sm_90), by Triton's own
+installs, the lazy pass's kernels) are compiled here, to PTX and a cubin for an H100/H200 (sm_90), by Triton's own
 compiler and bundled ptxas, in a process without the interpreter: no GPU or driver is needed.
 """
 
@@ -63,6 +63,41 @@ COMPILE_FUSED = textwrap.dedent("""
         print("compiled", logits, noise, kind)
 """)
 
+# The lazy pass's two kernels with each logits dtype and each bounded noise (Philox with log1p,
+# murmur3), every option on with vLLM's row tensors and off with the fast path's own; the tops
+# kernel's threshold is a float atomic maximum.
+COMPILE_LAZY = textwrap.dedent("""
+    import itertools
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from vllm_hotpaths.gumbel_noise import SMALLEST_UNIFORM
+    from vllm_hotpaths.sampler_mrv2.lazy import _draw_kernel, _tops_kernel
+
+    rows = {"vllm": ("*i32", "*i64", "*i32", "*i32"), "own": ("*i64",) * 4}
+    for logits, noise, (kind, on) in itertools.product(("fp32", "bf16", "fp16"), ((1, 0), (0, 1)),
+                                                       (("vllm", True), ("own", False))):
+        slot, pos, local_pos, input_ids = rows[kind]
+        shared = {"logits_ptr": "*" + logits, "row_stride": "i32", "slot_ptr": slot, "pos_ptr": pos,
+                  "local_pos_ptr": local_pos, "input_ids_ptr": input_ids, "temp_ptr": "*fp32", "seed_ptr": "*i64",
+                  "rep_ptr": "*fp32", "freq_ptr": "*fp32", "pres_ptr": "*fp32", "pen_row_ptr": "*i32",
+                  "counts_ptr": "*i32", "prompt_bits_ptr": "*i32", "words": "i32", "vocab_size": "i32",
+                  "num_blocks": "i32"}
+        common = {"BLOCK": 1024, "NOISE_LOG1P": noise[0], "NOISE_MURMUR3": noise[1], "CONTIG": 0 if on else 4,
+                  "PENALTIES": on, "MAX_DRAFTS": 4 if on else 0}
+        kernels = ((_tops_kernel, {"top_ptr": "*fp32", "best_ptr": "*fp32", "processed_ptr": "*fp32", **shared},
+                    {**common, "WRITE_PROCESSED": on}),
+                   (_draw_kernel, {"block_ids_ptr": "*i64", "block_max_ptr": "*fp32", "drawn_ptr": "*i32",
+                                   "best_ptr": "*fp32", "top_ptr": "*fp32", **shared},
+                    {**common, "FLOOR": SMALLEST_UNIFORM[(bool(noise[0]), bool(noise[1]))]}))
+        for kernel, signature, constexprs in kernels:
+            signature.update(dict.fromkeys(constexprs, "constexpr"))
+            compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
+                                      target=GPUTarget("cuda", 90, 32))
+            assert compiled.asm["cubin"], (kernel, logits, noise, kind)
+            print("compiled", kernel.fn.__name__, logits, noise, kind)
+""")
+
 
 def compile_for_sm90(script: str) -> str:
     """What `script` printed, run in a process without Triton's interpreter."""
@@ -80,3 +115,8 @@ def test_compact_tables_penalties_kernel_compiles_for_cuda_with_each_logits_dtyp
 def test_fused_sampling_kernel_compiles_for_cuda_with_each_logits_dtype_and_noise():
     out = compile_for_sm90(COMPILE_FUSED)
     assert out.count("compiled") == 18, out
+
+
+def test_lazy_sampling_kernels_compile_for_cuda_with_each_logits_dtype_and_bounded_noise():
+    out = compile_for_sm90(COMPILE_LAZY)
+    assert out.count("compiled") == 24, out

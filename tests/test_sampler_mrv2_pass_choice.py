@@ -11,25 +11,29 @@ from vllm_hotpaths.sampler_mrv2.pass_choice import FLAT_SHARE, FUSED_RUN, PassCh
 VOCAB = 1000
 
 
-def drawn_rows(share: float, rows: int = 4) -> torch.Tensor:
-    """Ids read again per row, `share` of the batch's in all."""
-    return torch.full((rows,), int(share * VOCAB), dtype=torch.int32)
+ROWS, BLOCKS = 4, 2
+IDS = ROWS * VOCAB
+
+
+def drawn_rows(share: float) -> torch.Tensor:
+    """Ids read again per row and block, `share` of the batch's in all."""
+    return torch.full((ROWS, BLOCKS), int(share * VOCAB / BLOCKS), dtype=torch.int32)
 
 
 def test_peaked_batches_keep_the_lazy_pass():
     choice = PassChoice()
     for _ in range(3 * FUSED_RUN):
         assert choice.lazy_next()
-        choice.lazy_done(drawn_rows(FLAT_SHARE), VOCAB)  # at the share itself: still lazy
+        choice.lazy_done(drawn_rows(FLAT_SHARE), IDS)  # at the share itself: still lazy
 
 
 def test_a_flat_batch_sends_the_next_ones_to_the_fused_pass_then_lazy_looks_again():
     choice = PassChoice()
     assert choice.lazy_next()
-    choice.lazy_done(drawn_rows(FLAT_SHARE + 0.01), VOCAB)
+    choice.lazy_done(drawn_rows(FLAT_SHARE + 0.01), IDS)
     assert [choice.lazy_next() for _ in range(FUSED_RUN)] == [False] * FUSED_RUN
     assert choice.lazy_next()
-    choice.lazy_done(drawn_rows(0.05), VOCAB)
+    choice.lazy_done(drawn_rows(0.05), IDS)
     assert choice.lazy_next() and choice.lazy_next()
 
 
@@ -37,16 +41,16 @@ def test_a_share_not_yet_read_is_not_replaced():
     """Until the first share is read, later lazy batches are not measured: a flat batch after a
     peaked one counts only once the peaked one's share has been read."""
     choice = PassChoice()
-    choice.lazy_done(drawn_rows(0.05), VOCAB)
-    choice.lazy_done(drawn_rows(1.0), VOCAB)  # not measured: the first share is still unread
+    choice.lazy_done(drawn_rows(0.05), IDS)
+    choice.lazy_done(drawn_rows(1.0), IDS)  # not measured: the first share is still unread
     assert choice.lazy_next()  # reads 5%
-    choice.lazy_done(drawn_rows(1.0), VOCAB)
+    choice.lazy_done(drawn_rows(1.0), IDS)
     assert not choice.lazy_next()
 
 
 def test_a_forced_pass_ignores_the_shares_and_a_wrong_one_is_refused():
     choice = PassChoice(forced="lazy")
-    choice.lazy_done(drawn_rows(1.0), VOCAB)
+    choice.lazy_done(drawn_rows(1.0), IDS)
     assert choice.lazy_next() and choice.lazy_next()
     choice.forced = "fused"
     assert not choice.lazy_next()

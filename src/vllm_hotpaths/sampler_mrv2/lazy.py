@@ -25,8 +25,9 @@ Two kernels, then upstream's last step:
    upstream and the fused pass take it).
 
 Greedy rows are drawn whole (no noise). The processed logits, where asked for, are written in
-step 1. Each row reports how many of its ids step 2 read again (`drawn`: the ids whose noise was
-drawn, a greedy row's every id), the benchmark's share.
+step 1. Step 2 reports how many ids of each block it read again (`drawn`: the ids whose noise was
+drawn, a greedy row's every id; stored per block, so nothing is zeroed first), the benchmark's
+share and `pass_choice`'s measure.
 
 Where it pays (an H200, `ci/gpu/lazy-gumbel.sh`, docs/sampler_mrv2.md#exact-lazy-gumbel, measured
 with the earlier design's three kernels): on rows whose head stands far above the rest; on flat
@@ -143,11 +144,12 @@ def _draw_kernel(block_ids_ptr, block_max_ptr, drawn_ptr, best_ptr, top_ptr, log
         if t != 0.0:
             x = tl.where(inside, x + gumbel_noise(tl.load(seed_ptr + slot), tl.load(pos_ptr + row), lanes, NOISE_LOG1P,
                                                   NOISE_MURMUR3), float("-inf"))
-        tl.atomic_add(drawn_ptr + row, tl.minimum(vocab_size - block * BLOCK, BLOCK))
+        tl.store(drawn_ptr + row * num_blocks + block, tl.minimum(vocab_size - block * BLOCK, BLOCK))
         top, lane = tl.max(x, axis=0, return_indices=True)
         tl.store(block_ids_ptr + row * num_blocks + block, block * BLOCK + lane)
         tl.store(block_max_ptr + row * num_blocks + block, top)
     else:
+        tl.store(drawn_ptr + row * num_blocks + block, 0)
         tl.store(block_ids_ptr + row * num_blocks + block, (block * BLOCK).to(tl.int64))
         tl.store(block_max_ptr + row * num_blocks + block, float("-inf"))
 
@@ -158,7 +160,7 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
     """`_tops_kernel` and `_draw_kernel` over the rows of `logits` (`fast.fused_sample`'s
     arguments; `noise` a bounded release's), then the first block holding the largest maximum:
     (ids int64 [rows], the processed logits fp32 or None where not `write`, ids read again per
-    row)."""
+    row and block, int32 [rows, blocks])."""
     n, vocab_size = logits.shape
     blocks = triton.cdiv(vocab_size, BLOCK)
     device = logits.device
@@ -166,7 +168,7 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
     best = torch.full((n,), float("-inf"), dtype=torch.float32, device=device)
     block_ids = torch.empty((n, blocks), dtype=torch.int64, device=device)
     block_max = torch.empty((n, blocks), dtype=torch.float32, device=device)
-    drawn = torch.zeros(n, dtype=torch.int32, device=device)
+    drawn = torch.empty((n, blocks), dtype=torch.int32, device=device)
     out = torch.empty((n, vocab_size), dtype=torch.float32, device=device) if write else None
     if n:
         common = dict(BLOCK=BLOCK, NOISE_LOG1P=noise[0], NOISE_MURMUR3=noise[1], CONTIG=0 if raw else 4,
@@ -184,7 +186,7 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
 class _Lazy:
     """The fused pass of a bounded release with its sampling through `lazy_sample`."""
 
-    last_drawn = None  # ids read again per row in the last call (the benchmark's share)
+    last_drawn = None  # ids read again per row and block in the last call (the benchmark's share)
 
     def sample_rows(self, source, row_info, raw: bool, penalized: bool, drafts: int, write: bool):
         state, ref = self.state, self.reference

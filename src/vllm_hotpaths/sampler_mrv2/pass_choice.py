@@ -56,8 +56,9 @@ class PassChoice:
             return False
         return True
 
-    def lazy_done(self, drawn: torch.Tensor, vocab_size: int) -> None:
-        """After a lazy batch: `drawn`, its ids read again per row (`lazy.lazy_sample`)."""
+    def lazy_done(self, drawn: torch.Tensor, ids: int) -> None:
+        """After a lazy batch of `ids` ids (rows times the vocabulary): `drawn`, those it read
+        again, per row and block (`lazy.lazy_sample`)."""
         if self._forced is not None or self._ids:
             return
         total = drawn.sum(dtype=torch.int64)
@@ -69,4 +70,4 @@ class PassChoice:
             self._landed.record()
         else:
             self._sum = total
-        self._ids = drawn.numel() * vocab_size
+        self._ids = ids

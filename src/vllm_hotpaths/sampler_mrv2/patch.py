@@ -262,7 +262,7 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
     choice = pass_choice(sampler)
     if choice is not None and choice.lazy_next():
         ids, processed, drawn = lazy_sample(**arguments)
-        choice.lazy_done(drawn, logits.shape[1])
+        choice.lazy_done(drawn, logits.numel())
     else:
         ids, processed = fused_sample(**arguments)
     return ids, (logits if raw else processed)
