@@ -1,12 +1,13 @@
 """The choice between the lazy and the fused sampling pass (`sampler_mrv2.pass_choice`): lazy
-until a lazy batch reads again more than `FLAT_SHARE` of its ids, then `FUSED_RUN` fused batches,
-then lazy again; a share is read once it has landed, and no other is measured before."""
+until a measured lazy batch reads again more than `FLAT_SHARE` of its ids, then `FUSED_RUN` fused
+batches, then lazy again; a share is read once it has landed, and no other is measured before;
+the first lazy batch after a fused run is measured, then one in `MEASURE_EVERY`."""
 
 import pytest
 import torch
 
 from vllm_hotpaths import vllm_env
-from vllm_hotpaths.sampler_mrv2.pass_choice import FLAT_SHARE, FUSED_RUN, PassChoice
+from vllm_hotpaths.sampler_mrv2.pass_choice import FLAT_SHARE, FUSED_RUN, MEASURE_EVERY, PassChoice
 
 VOCAB = 1000
 
@@ -32,18 +33,24 @@ def test_a_flat_batch_sends_the_next_ones_to_the_fused_pass_then_lazy_looks_agai
     assert choice.lazy_next()
     choice.lazy_done(drawn_rows(FLAT_SHARE + 0.01), IDS)
     assert [choice.lazy_next() for _ in range(FUSED_RUN)] == [False] * FUSED_RUN
-    assert choice.lazy_next()
+    assert choice.lazy_next()  # the look: measured, still flat
+    choice.lazy_done(drawn_rows(1.0), IDS)
+    assert [choice.lazy_next() for _ in range(FUSED_RUN)] == [False] * FUSED_RUN
+    assert choice.lazy_next()  # peaked now
     choice.lazy_done(drawn_rows(0.05), IDS)
     assert choice.lazy_next() and choice.lazy_next()
 
 
-def test_a_share_not_yet_read_is_not_replaced():
-    """Until the first share is read, later lazy batches are not measured: a flat batch after a
-    peaked one counts only once the peaked one's share has been read."""
+def test_one_lazy_batch_in_measure_every_is_measured_and_an_unread_share_is_kept():
+    """After a measured batch, later lazy batches are not measured until its share is read, then
+    one in `MEASURE_EVERY`."""
     choice = PassChoice()
-    choice.lazy_done(drawn_rows(0.05), IDS)
-    choice.lazy_done(drawn_rows(1.0), IDS)  # not measured: the first share is still unread
+    choice.lazy_done(drawn_rows(0.05), IDS)  # measured
+    choice.lazy_done(drawn_rows(1.0), IDS)  # not: the first share is still unread
     assert choice.lazy_next()  # reads 5%
+    for _ in range(MEASURE_EVERY - 1):
+        choice.lazy_done(drawn_rows(1.0), IDS)
+        assert choice.lazy_next()
     choice.lazy_done(drawn_rows(1.0), IDS)
     assert not choice.lazy_next()
 

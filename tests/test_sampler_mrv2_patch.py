@@ -3,6 +3,8 @@ on a GPU machine those tests skip): what it leaves to the `sample` it replaced b
 runs, and the life of its compact penalty tables (their bytes, the warm-up exception). (Its
 equivalence with upstream is the patch law, `properties/test_patch.py`.)"""
 
+import inspect
+
 import pytest
 
 from vllm_hotpaths import vllm_env
@@ -195,3 +197,38 @@ def test_a_failed_start_up_compile_is_logged_and_never_stops_the_engine(monkeypa
     assert "not compiled at start-up (RuntimeError: no such tensor)" in caplog.text
     monkeypatch.setattr(patch, "_launch_variants", lambda *args: pytest.fail("tried again"))
     assert patch.compile_variants(sampler, logits, None, None, None, None, None) == 0
+
+
+@pytest.mark.needs_interpreter  # vLLM's Triton kernels on CPU tensors
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_the_patched_sample_names_its_arguments_as_the_signature_binds_them():
+    """Positional, keyword and mixed calls of the patched `Sampler.sample` sample what upstream's
+    does; a call upstream's signature refuses (an argument given twice, an unknown keyword, one
+    too many) raises the TypeError upstream's would."""
+    import torch
+
+    from vllm_hotpaths import registry
+    from vllm_hotpaths.logits_copy import RequestParams
+    from vllm_hotpaths.sampler_mrv2 import patch
+
+    if registry.get("sampler_mrv2").patch_needed(vllm_env.installed_version()):
+        pytest.skip("the patch is not written for the installed vLLM")
+    patch.install_methods()
+    live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
+    live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
+    live.add_request(1, [3], [], RequestParams(temperature=1.0, seed=4))
+    args = live.sampler_args(torch.randn(2, 64, generator=torch.Generator().manual_seed(0)), [0, 1], [0, 0],
+                             [5, 6], [2, 1])
+    sampler = live.sampler
+    want, _ = vllm_env.call(patch.UPSTREAM["sample"], sampler, **args)
+    names = list(inspect.signature(patch.UPSTREAM["sample"]).parameters)[1:]
+    values = [args[name] for name in names if name in args]
+    for call in (lambda: sampler.sample(*values), lambda: sampler.sample(**dict(zip(names, values))),
+                 lambda: sampler.sample(*values[:2], **dict(zip(names[2:], values[2:])))):
+        ids, _ = call()
+        assert torch.equal(ids.view(-1), want.view(-1))
+    for wrong in (lambda: sampler.sample(*values, **{names[0]: values[0]}),
+                  lambda: sampler.sample(*values, logits_typo=values[0]),
+                  lambda: sampler.sample(*values, *values)):
+        with pytest.raises(TypeError):
+            wrong()

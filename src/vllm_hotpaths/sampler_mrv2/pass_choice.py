@@ -10,7 +10,9 @@ takes the lazy pass until a lazy batch reads again more than `FLAT_SHARE` of its
 row counts whole), then the fused pass for the next `FUSED_RUN` batches, then looks again with a
 lazy batch. A lazy batch's share reaches the host without stopping it: summed on the device,
 copied into pinned memory behind an event that is queried, never waited on; the choice reads it
-at the first batch after it has landed, and no other is measured until then.
+at the first batch after it has landed, and no other is measured until then. The first lazy
+batch after a fused run is measured, then one lazy batch in `MEASURE_EVERY` (the sum, the copy
+and the event are three calls into CUDA on the host).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 
 FLAT_SHARE = 0.5
 FUSED_RUN = 256
+MEASURE_EVERY = 8
 CHOICES = ("lazy", "fused")
 
 
@@ -32,6 +35,7 @@ class PassChoice:
         self._sum = None  # the measured batch's ids read again (pinned on CUDA)
         self._ids = 0  # ... out of these
         self._landed = None  # the event after its copy (CUDA), None on the CPU
+        self._unmeasured = 0  # lazy batches since the last one measured (0: measure the next)
 
     @property
     def forced(self) -> str | None:
@@ -49,7 +53,7 @@ class PassChoice:
             return self._forced == "lazy"
         if self._ids and (self._landed is None or self._landed.query()):
             if int(self._sum.item()) > FLAT_SHARE * self._ids:
-                self.fused_left = FUSED_RUN
+                self.fused_left, self._unmeasured = FUSED_RUN, 0
             self._ids = 0
         if self.fused_left:
             self.fused_left -= 1
@@ -61,6 +65,10 @@ class PassChoice:
         again, per row and block (`lazy.lazy_sample`)."""
         if self._forced is not None or self._ids:
             return
+        if self._unmeasured:
+            self._unmeasured = (self._unmeasured + 1) % MEASURE_EVERY
+            return
+        self._unmeasured = 1
         total = drawn.sum(dtype=torch.int64)
         if drawn.device.type == "cuda":
             if self._sum is None:
