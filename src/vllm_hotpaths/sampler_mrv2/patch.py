@@ -6,8 +6,8 @@ with the release's own noise and copy rules (the reference in force there: `refe
 min tokens with stop ids, bad words, min_p or thinking budget). `Sampler.sample`, when every
 request of the batch is flagged, runs `fast.fused_sample` (or, where `lazy_choice` allows it on a
 release whose noise has a bound, the lazy pass that `pass_choice` picks per batch) on vLLM's own
-state: the row tensors it is called with, the temperatures and seeds of `sampling_states`, the penalties, prompt bitmask and
-output counts of `penalties_state`. It returns the ids and the processed logits where
+state: the row tensors it is called with, the temperatures and seeds of `sampling_states`, the
+penalties, prompt bitmask and output counts of `penalties_state`. It returns the ids and the processed logits where
 `Sampler.__call__` reads them (a processed logprobs mode, and from 0.23 only when logprobs were
 asked for), None elsewhere instead of a tensor nobody reads. From 0.27, a batch in which no request
 needs processing (upstream's own flags) is sampled from the caller's logits, which come back as
@@ -276,8 +276,9 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
     first requests they serve: the fused kernel (and the lazy pass's, where a batch may take it:
     `pass_choice`) with and without penalties, without drafts and, where speculative decoding is
     on (the sampler's bound, vLLM's `num_speculative_steps + 1`, is then above 1), with the bound,
-    the processed logits written as the logprobs mode asks; and with compact tables their kernels (`compile_table_kernels`). Their results are dropped. Returns the
-    launches made (none on the CPU, where nothing is compiled)."""
+    the processed logits written as the logprobs mode asks; and with compact tables their kernels
+    (`compile_table_kernels`). Their results are dropped. Returns the launches made (none on the
+    CPU, where nothing is compiled)."""
     if sampler.__dict__.get("_hotpaths_compiled") is not None:
         return 0
     sampler._hotpaths_compiled = 0
