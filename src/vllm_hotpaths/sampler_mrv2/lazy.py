@@ -154,21 +154,42 @@ def _draw_kernel(block_ids_ptr, block_max_ptr, drawn_ptr, best_ptr, top_ptr, log
         tl.store(block_max_ptr + row * num_blocks + block, float("-inf"))
 
 
+_scratches: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
+def _scratch(n: int, blocks: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """`lazy_sample`'s working tensors for `n` rows of `blocks` blocks (top, best, block ids,
+    block maxima, ids read again), kept between calls per device, stream and block count, grown
+    to the most rows asked for: on the GPU machine's host one allocation costs 9-15 us
+    (docs/sampler_mrv2.md, the fused pass's host costs). Reuse is safe in one stream: each call
+    writes every element it reads (its tops only for the rows it reads them for, `best` filled
+    first) and the next call's kernels run after this one's reads. So `drawn`, which the call
+    returns, holds until the next call on that stream."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream, blocks)
+    held = _scratches.get(key)
+    if held is None or held[1].shape[0] < n:
+        rows = max(n, 256)
+        held = _scratches[key] = (torch.empty((rows, blocks), dtype=torch.float32, device=device),
+                                  torch.empty(rows, dtype=torch.float32, device=device),
+                                  torch.empty((rows, blocks), dtype=torch.int64, device=device),
+                                  torch.empty((rows, blocks), dtype=torch.float32, device=device),
+                                  torch.empty((rows, blocks), dtype=torch.int32, device=device))
+    return tuple(t[:n] for t in held)
+
+
 def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, repetition, frequency, presence,
                 penalty_rows, counts, prompt_bits, noise: tuple[bool, bool], raw: bool, penalized: bool, drafts: int,
                 write: bool):
     """`_tops_kernel` and `_draw_kernel` over the rows of `logits` (`fast.fused_sample`'s
     arguments; `noise` a bounded release's), then the first block holding the largest maximum:
     (ids int64 [rows], the processed logits fp32 or None where not `write`, ids read again per
-    row and block, int32 [rows, blocks])."""
+    row and block, int32 [rows, blocks], until the next call: `_scratch`)."""
     n, vocab_size = logits.shape
     blocks = triton.cdiv(vocab_size, BLOCK)
     device = logits.device
-    top = torch.empty((n, blocks), dtype=torch.float32, device=device)
-    best = torch.full((n,), float("-inf"), dtype=torch.float32, device=device)
-    block_ids = torch.empty((n, blocks), dtype=torch.int64, device=device)
-    block_max = torch.empty((n, blocks), dtype=torch.float32, device=device)
-    drawn = torch.empty((n, blocks), dtype=torch.int32, device=device)
+    top, best, block_ids, block_max, drawn = _scratch(n, blocks, device)
+    best.fill_(float("-inf"))
     out = torch.empty((n, vocab_size), dtype=torch.float32, device=device) if write else None
     if n:
         common = dict(BLOCK=BLOCK, NOISE_LOG1P=noise[0], NOISE_MURMUR3=noise[1], CONTIG=0 if raw else 4,
@@ -186,7 +207,7 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
 class _Lazy:
     """The fused pass of a bounded release with its sampling through `lazy_sample`."""
 
-    last_drawn = None  # ids read again per row and block in the last call (the benchmark's share)
+    last_drawn = None  # ids read again per row and block in the last call, until the next (the benchmark's share)
 
     def sample_rows(self, source, row_info, raw: bool, penalized: bool, drafts: int, write: bool):
         state, ref = self.state, self.reference
