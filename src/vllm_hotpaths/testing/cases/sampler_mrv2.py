@@ -51,7 +51,9 @@ def assert_same_step(step: Step, want_from, got_from, expected: Side, actual: Si
     without its processed logits (its kernels' other variant): the same ids, and None."""
     want_ids, want = sampled(want_from, step, f"{label}, {expected.label}")
     if unprocessed:
+        before = step.logits.clone()
         got_ids, got = got_from.sample(*step.args(), processed=False)
+        assert_same_bits(step.logits, before, f"{label}, {actual.label}: the caller's logits after the call")
         assert got is None, f"{label}: {actual.label} returned processed logits nobody asked for"
         _assert_same_ids(got_ids, want_ids, label, f"{actual.label} (no processed logits asked for)", expected.label)
         return
@@ -79,7 +81,8 @@ def assert_same_sampling(program: LogitsProgram, expected: Side, actual: Side, d
         for j, (step, (want_from, got_from)) in enumerate(zip([batch, *requests],
                                                                 [(first, second), *zip(*copies)])):
             label = f"step {i}" + (f", request {step.rows[0]} alone" if j else "")
-            assert_same_step(step, want_from, got_from, expected, actual, label, unprocessed=alone and not j and i % 2)
+            unprocessed = alone and j == 0 and i % 2 == 1
+            assert_same_step(step, want_from, got_from, expected, actual, label, unprocessed)
 
 
 def is_live(side: Side) -> bool:
