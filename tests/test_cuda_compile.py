@@ -3,8 +3,9 @@
 Triton's interpreter, which runs every CPU row, accepts kernels that the CUDA compiler refuses: a
 branch that turns a bf16 value into fp32 is one. So the kernels that vLLM hands logits of the
 model's dtype (the compact tables' penalties kernel, the fused sampling kernel the plugin
-installs, the lazy pass's kernels) are compiled here, to PTX and a cubin for an H100/H200 (sm_90), by Triton's own
-compiler and bundled ptxas, in a process without the interpreter: no GPU or driver is needed.
+installs, the lazy pass's kernels) are compiled here, to PTX and a cubin for an H100/H200
+(sm_90), by Triton's own compiler and bundled ptxas, in a process without the interpreter: no GPU
+or driver is needed.
 """
 
 import os
@@ -33,71 +34,66 @@ COMPILE_PENALTIES = textwrap.dedent("""
             print("compiled", logits, drafts)
 """)
 
-# The fused sampling kernel with each logits dtype and each release's noise (Philox, Philox with
-# log1p, murmur3); with every option on and vLLM's row tensors as the patch hands them (int32
-# slots, local positions and ids, int64 positions), and with every option off and the fast path's
-# own int64 rows.
-COMPILE_FUSED = textwrap.dedent("""
+# What the sampling kernels' scripts share: each logits dtype with every option on and vLLM's row
+# tensors as the patch hands them (int32 slots, local positions and ids, int64 positions), or
+# every option off and the fast path's own int64 rows; the arguments both kernels read a row by.
+SAMPLING = textwrap.dedent("""
     import itertools
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    ROWS = {"vllm": ("*i32", "*i64", "*i32", "*i32"), "own": ("*i64",) * 4}
+    CASES = list(itertools.product(("fp32", "bf16", "fp16"), (("vllm", True), ("own", False))))
+
+
+    def row_arguments(logits, kind):
+        slot, pos, local_pos, input_ids = ROWS[kind]
+        return {"logits_ptr": "*" + logits, "row_stride": "i32", "slot_ptr": slot, "pos_ptr": pos,
+                "local_pos_ptr": local_pos, "input_ids_ptr": input_ids, "temp_ptr": "*fp32", "seed_ptr": "*i64",
+                "rep_ptr": "*fp32", "freq_ptr": "*fp32", "pres_ptr": "*fp32", "pen_row_ptr": "*i32",
+                "counts_ptr": "*i32", "prompt_bits_ptr": "*i32", "words": "i32", "vocab_size": "i32",
+                "num_blocks": "i32"}
+
+
+    def compile_sm90(kernel, signature, constexprs):
+        signature = {**signature, **dict.fromkeys(constexprs, "constexpr")}
+        compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert compiled.asm["cubin"], (kernel, signature, constexprs)
+""")
+
+# The fused sampling kernel with each release's noise (Philox, Philox with log1p, murmur3).
+COMPILE_FUSED = SAMPLING + textwrap.dedent("""
     from vllm_hotpaths.sampler_mrv2.fast import _fused_block_kernel
 
-    rows = {"vllm": ("*i32", "*i64", "*i32", "*i32"), "own": ("*i64",) * 4}
-    for logits, noise, (kind, on) in itertools.product(("fp32", "bf16", "fp16"), ((0, 0), (1, 0), (0, 1)),
-                                                       (("vllm", True), ("own", False))):
-        slot, pos, local_pos, input_ids = rows[kind]
+    for (logits, (kind, on)), noise in itertools.product(CASES, ((0, 0), (1, 0), (0, 1))):
         signature = {"block_ids_ptr": "*i64", "block_max_ptr": "*fp32", "processed_ptr": "*fp32",
-                     "logits_ptr": "*" + logits, "row_stride": "i32", "slot_ptr": slot, "pos_ptr": pos,
-                     "local_pos_ptr": local_pos, "input_ids_ptr": input_ids, "temp_ptr": "*fp32",
-                     "seed_ptr": "*i64", "rep_ptr": "*fp32", "freq_ptr": "*fp32", "pres_ptr": "*fp32",
-                     "pen_row_ptr": "*i32", "counts_ptr": "*i32", "prompt_bits_ptr": "*i32", "words": "i32",
-                     "vocab_size": "i32", "num_blocks": "i32"}
-        constexprs = {"BLOCK": 1024, "NOISE_LOG1P": noise[0], "NOISE_MURMUR3": noise[1], "CONTIG": 0 if on else 4,
-                      "PENALTIES": on, "MAX_DRAFTS": 4 if on else 0, "WRITE_PROCESSED": on}
-        signature.update(dict.fromkeys(constexprs, "constexpr"))
-        compiled = triton.compile(ASTSource(_fused_block_kernel, signature, constexprs=constexprs),
-                                  target=GPUTarget("cuda", 90, 32))
-        assert compiled.asm["cubin"], (logits, noise, kind)
+                     **row_arguments(logits, kind)}
+        compile_sm90(_fused_block_kernel, signature, {
+            "BLOCK": 1024, "NOISE_LOG1P": noise[0], "NOISE_MURMUR3": noise[1], "CONTIG": 0 if on else 4,
+            "PENALTIES": on, "MAX_DRAFTS": 4 if on else 0, "WRITE_PROCESSED": on})
         print("compiled", logits, noise, kind)
 """)
 
-# The lazy pass's two kernels with each logits dtype and each bounded noise (Philox with log1p,
-# murmur3), every option on with vLLM's row tensors and off with the fast path's own; the tops
+# The lazy pass's two kernels with each bounded noise (Philox with log1p, murmur3); the tops
 # kernel's threshold is a float atomic maximum.
-COMPILE_LAZY = textwrap.dedent("""
-    import itertools
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+COMPILE_LAZY = SAMPLING + textwrap.dedent("""
     from vllm_hotpaths.gumbel_noise import SMALLEST_UNIFORM
     from vllm_hotpaths.sampler_mrv2.lazy import _draw_kernel, _tops_kernel
 
-    rows = {"vllm": ("*i32", "*i64", "*i32", "*i32"), "own": ("*i64",) * 4}
-    for logits, noise, (kind, on) in itertools.product(("fp32", "bf16", "fp16"), ((1, 0), (0, 1)),
-                                                       (("vllm", True), ("own", False))):
-        slot, pos, local_pos, input_ids = rows[kind]
-        shared = {"logits_ptr": "*" + logits, "row_stride": "i32", "slot_ptr": slot, "pos_ptr": pos,
-                  "local_pos_ptr": local_pos, "input_ids_ptr": input_ids, "temp_ptr": "*fp32", "seed_ptr": "*i64",
-                  "rep_ptr": "*fp32", "freq_ptr": "*fp32", "pres_ptr": "*fp32", "pen_row_ptr": "*i32",
-                  "counts_ptr": "*i32", "prompt_bits_ptr": "*i32", "words": "i32", "vocab_size": "i32",
-                  "num_blocks": "i32"}
+    for (logits, (kind, on)), noise in itertools.product(CASES, ((1, 0), (0, 1))):
         common = {"BLOCK": 1024, "NOISE_LOG1P": noise[0], "NOISE_MURMUR3": noise[1], "CONTIG": 0 if on else 4,
                   "PENALTIES": on, "MAX_DRAFTS": 4 if on else 0}
-        kernels = ((_tops_kernel, {"top_ptr": "*fp32", "best_ptr": "*fp32", "processed_ptr": "*fp32", **shared},
-                    {**common, "WRITE_PROCESSED": on}),
-                   (_draw_kernel, {"block_ids_ptr": "*i64", "block_max_ptr": "*fp32", "drawn_ptr": "*i32",
-                                   "best_ptr": "*fp32", "top_ptr": "*fp32", **shared},
-                    {**common, "FLOOR": SMALLEST_UNIFORM[(bool(noise[0]), bool(noise[1]))]}))
-        for kernel, signature, constexprs in kernels:
-            signature.update(dict.fromkeys(constexprs, "constexpr"))
-            compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
-                                      target=GPUTarget("cuda", 90, 32))
-            assert compiled.asm["cubin"], (kernel, logits, noise, kind)
-            print("compiled", kernel.fn.__name__, logits, noise, kind)
+        rows = row_arguments(logits, kind)
+        compile_sm90(_tops_kernel, {"top_ptr": "*fp32", "best_ptr": "*fp32", "processed_ptr": "*fp32", **rows},
+                     {**common, "WRITE_PROCESSED": on})
+        print("compiled _tops_kernel", logits, noise, kind)
+        compile_sm90(_draw_kernel, {"block_ids_ptr": "*i64", "block_max_ptr": "*fp32", "drawn_ptr": "*i32",
+                                    "best_ptr": "*fp32", "top_ptr": "*fp32", **rows},
+                     {**common, "FLOOR": SMALLEST_UNIFORM[(bool(noise[0]), bool(noise[1]))]})
+        print("compiled _draw_kernel", logits, noise, kind)
 """)
-
 
 def compile_for_sm90(script: str) -> str:
     """What `script` printed, run in a process without Triton's interpreter."""
