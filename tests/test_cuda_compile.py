@@ -80,19 +80,28 @@ COMPILE_FUSED = SAMPLING + textwrap.dedent("""
 # kernel's threshold is a float atomic maximum.
 COMPILE_LAZY = SAMPLING + textwrap.dedent("""
     from vllm_hotpaths.gumbel_noise import SMALLEST_UNIFORM
-    from vllm_hotpaths.sampler_mrv2.lazy import _draw_kernel, _tops_kernel
+    from vllm_hotpaths.sampler_mrv2.fast import _rows_kernel
+    from vllm_hotpaths.sampler_mrv2.lazy import DRAW_CHUNK, TOPS_CHUNK, _draw_kernel, _tops_kernel
 
     for (logits, (kind, on)), noise in itertools.product(CASES, ((1, 0), (0, 1))):
         common = {"BLOCK": 1024, "NOISE_LOG1P": noise[0], "NOISE_MURMUR3": noise[1], "CONTIG": 0 if on else 4,
                   "PENALTIES": on, "MAX_DRAFTS": 4 if on else 0}
         rows = row_arguments(logits, kind)
         compile_sm90(_tops_kernel, {"top_ptr": "*fp32", "best_ptr": "*fp32", "processed_ptr": "*fp32", **rows},
-                     {**common, "WRITE_PROCESSED": on})
+                     {**common, "WRITE_PROCESSED": on, "CHUNK": TOPS_CHUNK})
         print("compiled _tops_kernel", logits, noise, kind)
         compile_sm90(_draw_kernel, {"block_ids_ptr": "*i64", "block_max_ptr": "*fp32", "drawn_ptr": "*i32",
                                     "best_ptr": "*fp32", "top_ptr": "*fp32", **rows},
-                     {**common, "FLOOR": SMALLEST_UNIFORM[(bool(noise[0]), bool(noise[1]))]})
+                     {**common, "FLOOR": SMALLEST_UNIFORM[(bool(noise[0]), bool(noise[1]))], "CHUNK": DRAW_CHUNK})
         print("compiled _draw_kernel", logits, noise, kind)
+
+    for slot in ("*i32", "*i64"):  # the slot parameters gathered per row, ahead of both kernels
+        parameters = {"temp": "*fp32", "seed": "*i64", "rep": "*fp32", "freq": "*fp32", "pres": "*fp32",
+                      "pen_row": "*i32"}
+        compile_sm90(_rows_kernel, {"slots_out": "*i32", **{name + "_out": kind for name, kind in parameters.items()},
+                                    "slot_ptr": slot, **{name + "_ptr": kind for name, kind in parameters.items()},
+                                    "n": "i32"}, {"ROWS": 1024})
+        print("compiled _rows_kernel", slot)
 """)
 
 def compile_for_sm90(script: str) -> str:
@@ -115,4 +124,4 @@ def test_fused_sampling_kernel_compiles_for_cuda_with_each_logits_dtype_and_nois
 
 def test_lazy_sampling_kernels_compile_for_cuda_with_each_logits_dtype_and_bounded_noise():
     out = compile_for_sm90(COMPILE_LAZY)
-    assert out.count("compiled") == 24, out
+    assert out.count("compiled") == 26, out

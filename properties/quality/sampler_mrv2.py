@@ -121,19 +121,19 @@ _lazy = partial(planted.planted, "sampler_mrv2", lazy, attr="LazySamplingPass031
 # The bound one fp32 step below the largest noise: a token drawing exactly the bound, whose noisy
 # value ties the threshold or passes it, is skipped.
 LazyBoundOneUlpTight = _lazy("LazyBoundOneUlpTight", [
-    ("        bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)\n",
-     "        bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)\n"
-     "        bound = (bound.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)\n")])
+    ("    bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)\n",
+     "    bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)\n"
+     "    bound = (bound.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)\n")])
 
 # A block holding a NaN is drawn only where its other ids reach the threshold: its NaN may be
 # skipped, where upstream's first NaN block wins.
 LazyNaNLaneLeftOut = _lazy("LazyNaNLaneLeftOut", [
-    ("        nan = x != x\n", "        nan = x != x\n        nan = nan & (x == x)\n")])
+    ("            nan = x != x\n", "            nan = x != x\n            nan = nan & (x == x)\n")])
 
 # Ties decided among the candidates only: a block whose top plus the bound only reaches the
 # threshold (a token that can tie it, the lower id winning) is not drawn.
 LazyTiesLeftOut = _lazy("LazyTiesLeftOut", [
-    ("+ bound >= tl.load(best_ptr + row)", "+ bound > tl.load(best_ptr + row)")])
+    ("+ bound >= best", "+ bound > best")])
 
 # Every penalized row's tops taken as bounds: a repetition below 1 or a negative frequency or
 # presence raises logits, so a block whose unpenalized top plus the bound misses the threshold

@@ -111,6 +111,49 @@ def _fused_block_kernel(block_ids_ptr, block_max_ptr, processed_ptr, logits_ptr,
     tl.store(block_max_ptr + row * num_blocks + block, top)
 
 
+@triton.jit
+def _rows_kernel(slots_out, temp_out, seed_out, rep_out, freq_out, pres_out, pen_row_out, slot_ptr, temp_ptr, seed_ptr,
+                 rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, n, ROWS: tl.constexpr):
+    # Each row's slot parameters copied to row-indexed device memory (bits unchanged), the row
+    # its own slot: see `row_parameters`.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    inside = rows < n
+    slot = tl.load(slot_ptr + rows, mask=inside, other=0)
+    tl.store(slots_out + rows, rows.to(tl.int32), mask=inside)
+    tl.store(temp_out + rows, tl.load(temp_ptr + slot, mask=inside), mask=inside)
+    tl.store(seed_out + rows, tl.load(seed_ptr + slot, mask=inside), mask=inside)
+    tl.store(rep_out + rows, tl.load(rep_ptr + slot, mask=inside), mask=inside)
+    tl.store(freq_out + rows, tl.load(freq_ptr + slot, mask=inside), mask=inside)
+    tl.store(pres_out + rows, tl.load(pres_ptr + slot, mask=inside), mask=inside)
+    tl.store(pen_row_out + rows, tl.load(pen_row_ptr + slot, mask=inside), mask=inside)
+
+
+_row_scratches: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
+def row_parameters(slots, temperature, seeds, repetition, frequency, presence, penalty_rows):
+    """The per-slot arguments of the sampling kernels gathered per row, with the rows as their
+    slots: (rows 0..n-1 int32, then each tensor's values at `slots`, its dtype). vLLM keeps the
+    sampling and penalty parameters in pinned host memory that the GPU reads through a UVA view
+    (`UvaBackedTensor`), so a kernel that loads them in each of its programs crosses PCIe each
+    time; this crosses it once per row, in one launch. The tensors are kept between calls per
+    device, stream and dtypes, grown to the most rows asked for: each call's values hold until
+    the next call on that stream."""
+    sources = (temperature, seeds, repetition, frequency, presence, penalty_rows)
+    n, device = slots.shape[0], slots.device
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream, *(t.dtype for t in sources))
+    held = _row_scratches.get(key)
+    if held is None or held[0].shape[0] < n:
+        rows = max(n, 256)
+        held = _row_scratches[key] = (torch.empty(rows, dtype=torch.int32, device=device),
+                                      *(torch.empty(rows, dtype=t.dtype, device=device) for t in sources))
+    gathered = tuple(t[:n] for t in held)
+    if n:
+        _rows_kernel[(triton.cdiv(n, 1024),)](*gathered, slots, *sources, n, ROWS=1024)
+    return gathered
+
+
 def fused_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, repetition, frequency, presence,
                  penalty_rows, counts, prompt_bits, noise: tuple[bool, bool], raw: bool, penalized: bool, drafts: int,
                  write: bool):

@@ -42,8 +42,13 @@ import triton
 import triton.language as tl
 
 from vllm_hotpaths.gumbel_noise import SMALLEST_UNIFORM, gumbel_noise, noise_bound
-from vllm_hotpaths.sampler_mrv2.fast import FusedSamplingPass024, FusedSamplingPass027, FusedSamplingPass031, _penalize
+from vllm_hotpaths.sampler_mrv2.fast import (FusedSamplingPass024, FusedSamplingPass027, FusedSamplingPass031,
+                                             _penalize, row_parameters)
 from vllm_hotpaths.sampler_mrv2.reference import BLOCK
+
+# Blocks per program of each kernel (one program per row and chunk of blocks).
+TOPS_CHUNK = 8
+DRAW_CHUNK = 1
 
 
 @triton.jit
@@ -77,46 +82,52 @@ def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_
                  input_ids_ptr, temp_ptr, seed_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr,
                  prompt_bits_ptr, words, vocab_size, num_blocks, BLOCK: tl.constexpr, NOISE_LOG1P: tl.constexpr,
                  NOISE_MURMUR3: tl.constexpr, CONTIG: tl.constexpr, PENALTIES: tl.constexpr,
-                 MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr):
-    # Step 1, one program per (row, block): the block's largest processed logit, or a bound above
-    # it (+inf where the block holds a NaN: drawn whatever the threshold); the processed logits;
-    # the noisy value of the block's top id raises the row's threshold (an atomic maximum).
+                 MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr, CHUNK: tl.constexpr):
+    # Step 1, one program per row and CHUNK blocks: each block's largest processed logit, or a
+    # bound above it (+inf where the block holds a NaN: drawn whatever the threshold); the
+    # processed logits; the noisy value of each block's top id raises the row's threshold (one
+    # atomic maximum per program). The blocks are unrolled without a branch, so their loads are
+    # in flight together; a block past the row's end loads nothing and stores nothing.
     row = tl.program_id(0).to(tl.int64)
-    block = tl.program_id(1)
     slot = tl.load(slot_ptr + row)
     t = tl.load(temp_ptr + slot)
     if t != 0.0 or WRITE_PROCESSED:
-        lanes = block * BLOCK + tl.arange(0, BLOCK)
-        inside = lanes < vocab_size
-        offsets = row * row_stride + lanes
-        if CONTIG:
-            offsets = tl.max_contiguous(offsets, CONTIG)
-        x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
-        if PENALTIES:
-            # Without the processed logits to write, a row whose penalties only lower its logits
-            # reads no count or prompt bit here: its tops bound the processed logits from above.
-            if WRITE_PROCESSED or not _lowers(slot, rep_ptr, freq_ptr, pres_ptr):
-                x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr,
-                              pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG,
-                              MAX_DRAFTS)
-        if t != 0.0 and t != 1.0:
-            x = x / t
-        if WRITE_PROCESSED:
-            tl.store(processed_ptr + row * vocab_size + lanes, x, mask=inside)
-        nan = x != x
-        top, lane = tl.max(tl.where(nan, float("-inf"), x), axis=0, return_indices=True)
-        any_nan = tl.max(nan.to(tl.int32), axis=0) != 0
-        tl.store(top_ptr + row * num_blocks + block, tl.where(any_nan, float("inf"), top))
-        if t != 0.0:
-            # The top id's own noisy value (processed exactly, one id: no contiguity to hint).
+        # Without the processed logits to write, a row whose penalties only lower its logits
+        # reads no count or prompt bit here: its tops bound the processed logits from above.
+        lowers = _lowers(slot, rep_ptr, freq_ptr, pres_ptr)
+        seed = tl.load(seed_ptr + slot)
+        position = tl.load(pos_ptr + row)
+        raised = tl.full([], float("-inf"), tl.float32)
+        for i in tl.static_range(CHUNK):
+            block = tl.program_id(1) * CHUNK + i
+            lanes = block * BLOCK + tl.arange(0, BLOCK)
+            inside = lanes < vocab_size
+            offsets = row * row_stride + lanes
+            if CONTIG:
+                offsets = tl.max_contiguous(offsets, CONTIG)
+            x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
+            if PENALTIES:
+                if WRITE_PROCESSED or not lowers:
+                    x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr,
+                                  pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG,
+                                  MAX_DRAFTS)
+            if t != 0.0 and t != 1.0:
+                x = x / t
+            if WRITE_PROCESSED:
+                tl.store(processed_ptr + row * vocab_size + lanes, x, mask=inside)
+            nan = x != x
+            top, lane = tl.max(tl.where(nan, float("-inf"), x), axis=0, return_indices=True)
+            any_nan = tl.max(nan.to(tl.int32), axis=0) != 0
+            tl.store(top_ptr + row * num_blocks + block, tl.where(any_nan, float("inf"), top), mask=block < num_blocks)
+            # The top id's own noisy value (processed exactly, one id: no contiguity to hint); a
+            # NaN raises nothing (its block is drawn anyway), nor does a greedy row.
             first = tl.full([2], block * BLOCK + lane, tl.int32)
             value = _processed(logits_ptr, row, row_stride, first, first < vocab_size, slot, t, local_pos_ptr,
                                input_ids_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr,
                                words, vocab_size, 0, PENALTIES, MAX_DRAFTS)
-            value = tl.max(value + gumbel_noise(tl.load(seed_ptr + slot), tl.load(pos_ptr + row), first, NOISE_LOG1P,
-                                                NOISE_MURMUR3), axis=0)
-            if value == value:  # a NaN lane's value raises nothing (the block is drawn anyway)
-                tl.atomic_max(best_ptr + row, value)
+            value = tl.max(value + gumbel_noise(seed, position, first, NOISE_LOG1P, NOISE_MURMUR3), axis=0)
+            raised = tl.maximum(raised, tl.where((value == value) & (t != 0.0), value, float("-inf")))
+        tl.atomic_max(best_ptr + row, raised)
 
 
 @triton.jit
@@ -124,34 +135,37 @@ def _draw_kernel(block_ids_ptr, block_max_ptr, drawn_ptr, best_ptr, top_ptr, log
                  local_pos_ptr, input_ids_ptr, temp_ptr, seed_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr,
                  counts_ptr, prompt_bits_ptr, words, vocab_size, num_blocks, BLOCK: tl.constexpr,
                  NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr, FLOOR: tl.constexpr, CONTIG: tl.constexpr,
-                 PENALTIES: tl.constexpr, MAX_DRAFTS: tl.constexpr):
-    # Step 2, one program per (row, block): the fused kernel's block, or -inf where no id of the
-    # block can reach the threshold.
+                 PENALTIES: tl.constexpr, MAX_DRAFTS: tl.constexpr, CHUNK: tl.constexpr):
+    # Step 2, one program per row and CHUNK blocks: for each block, the fused kernel's block, or
+    # -inf where no id of the block can reach the threshold.
     row = tl.program_id(0).to(tl.int64)
-    block = tl.program_id(1)
     slot = tl.load(slot_ptr + row)
     t = tl.load(temp_ptr + slot)
-    drawn = t == 0.0
-    if not drawn:
-        bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)
-        drawn = tl.load(top_ptr + row * num_blocks + block) + bound >= tl.load(best_ptr + row)
-    if drawn:
-        lanes = block * BLOCK + tl.arange(0, BLOCK)
-        inside = lanes < vocab_size
-        x = _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr, rep_ptr,
-                       freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG,
-                       PENALTIES, MAX_DRAFTS)
-        if t != 0.0:
-            x = tl.where(inside, x + gumbel_noise(tl.load(seed_ptr + slot), tl.load(pos_ptr + row), lanes, NOISE_LOG1P,
-                                                  NOISE_MURMUR3), float("-inf"))
-        tl.store(drawn_ptr + row * num_blocks + block, tl.minimum(vocab_size - block * BLOCK, BLOCK))
-        top, lane = tl.max(x, axis=0, return_indices=True)
-        tl.store(block_ids_ptr + row * num_blocks + block, block * BLOCK + lane)
-        tl.store(block_max_ptr + row * num_blocks + block, top)
-    else:
-        tl.store(drawn_ptr + row * num_blocks + block, 0)
-        tl.store(block_ids_ptr + row * num_blocks + block, (block * BLOCK).to(tl.int64))
-        tl.store(block_max_ptr + row * num_blocks + block, float("-inf"))
+    bound = noise_bound(NOISE_LOG1P, NOISE_MURMUR3, FLOOR)
+    best = tl.load(best_ptr + row)
+    for i in tl.static_range(CHUNK):
+        block = tl.program_id(1) * CHUNK + i
+        if block < num_blocks:
+            drawn = t == 0.0
+            if not drawn:
+                drawn = tl.load(top_ptr + row * num_blocks + block) + bound >= best
+            if drawn:
+                lanes = block * BLOCK + tl.arange(0, BLOCK)
+                inside = lanes < vocab_size
+                x = _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr,
+                               rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words,
+                               vocab_size, CONTIG, PENALTIES, MAX_DRAFTS)
+                if t != 0.0:
+                    x = tl.where(inside, x + gumbel_noise(tl.load(seed_ptr + slot), tl.load(pos_ptr + row), lanes,
+                                                          NOISE_LOG1P, NOISE_MURMUR3), float("-inf"))
+                tl.store(drawn_ptr + row * num_blocks + block, tl.minimum(vocab_size - block * BLOCK, BLOCK))
+                top, lane = tl.max(x, axis=0, return_indices=True)
+                tl.store(block_ids_ptr + row * num_blocks + block, block * BLOCK + lane)
+                tl.store(block_max_ptr + row * num_blocks + block, top)
+            else:
+                tl.store(drawn_ptr + row * num_blocks + block, 0)
+                tl.store(block_ids_ptr + row * num_blocks + block, (block * BLOCK).to(tl.int64))
+                tl.store(block_max_ptr + row * num_blocks + block, float("-inf"))
 
 
 _scratches: dict[tuple, tuple[torch.Tensor, ...]] = {}
@@ -189,6 +203,9 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
     blocks = triton.cdiv(vocab_size, BLOCK)
     device = logits.device
     top, best, block_ids, block_max, drawn = _scratch(n, blocks, device)
+    # Read per program below: from device memory, not through vLLM's UVA views (`row_parameters`).
+    slots, temperature, seeds, repetition, frequency, presence, penalty_rows = row_parameters(
+        slots, temperature, seeds, repetition, frequency, presence, penalty_rows)
     best.fill_(float("-inf"))
     out = torch.empty((n, vocab_size), dtype=torch.float32, device=device) if write else None
     if n:
@@ -196,11 +213,12 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
                       PENALTIES=penalized, MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0)
         penalties = (repetition, frequency, presence, penalty_rows, counts, prompt_bits, prompt_bits.shape[1],
                      vocab_size, blocks)
-        _tops_kernel[(n, blocks)](top, best, out if write else top, logits, logits.stride(0), slots, pos, local_pos,
-                                  input_ids, temperature, seeds, *penalties, WRITE_PROCESSED=write, **common)
-        _draw_kernel[(n, blocks)](block_ids, block_max, drawn, best, top, logits, logits.stride(0), slots, pos,
-                                  local_pos, input_ids, temperature, seeds, *penalties, FLOOR=SMALLEST_UNIFORM[noise],
-                                  **common)
+        _tops_kernel[(n, triton.cdiv(blocks, TOPS_CHUNK))](
+            top, best, out if write else top, logits, logits.stride(0), slots, pos, local_pos, input_ids, temperature,
+            seeds, *penalties, WRITE_PROCESSED=write, CHUNK=TOPS_CHUNK, **common)
+        _draw_kernel[(n, triton.cdiv(blocks, DRAW_CHUNK))](
+            block_ids, block_max, drawn, best, top, logits, logits.stride(0), slots, pos, local_pos, input_ids,
+            temperature, seeds, *penalties, FLOOR=SMALLEST_UNIFORM[noise], CHUNK=DRAW_CHUNK, **common)
     return block_ids.gather(-1, block_max.argmax(-1, keepdim=True)).view(-1), out, drawn
 
 
