@@ -166,6 +166,9 @@ def fused_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, r
     (its load layout), else an fp32 copy's; `penalized`: some row may have a penalty; `drafts`: at
     least the largest `local_pos`."""
     n, vocab_size = logits.shape
+    if penalized:  # each program's five parameter loads from device memory (`row_parameters`)
+        slots, temperature, seeds, repetition, frequency, presence, penalty_rows = row_parameters(
+            slots, temperature, seeds, repetition, frequency, presence, penalty_rows)
     blocks = triton.cdiv(vocab_size, BLOCK)
     block_ids = torch.empty((n, blocks), dtype=torch.int64, device=logits.device)
     block_max = torch.empty((n, blocks), dtype=torch.float32, device=logits.device)
