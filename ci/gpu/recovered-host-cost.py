@@ -68,9 +68,7 @@ def main(argv=None) -> int:
                                                         interpreted_bound(shape["target_probs"], lanes),
                                                         triton.next_power_of_2(slices)),
                 "  launch: scratch (out, best, best id, counters)": lambda: (
-                    torch.empty_like(shape["draft_token_ids"]),
-                    torch.empty((tokens, slices), dtype=torch.float32, device=device),
-                    torch.empty((tokens, slices), dtype=torch.int32, device=device),
+                    torch.empty_like(shape["draft_token_ids"]), fast._slice_scratch(device, tokens, slices),
                     fast._arrival_counters(device, tokens)),
                 "  launch (all of it)": lambda: kernel.launch(*given, q),
             }

@@ -143,6 +143,25 @@ def _arrival_counters(device: torch.device, num_tokens: int) -> torch.Tensor:
     return counters
 
 
+_slice_bests: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _slice_scratch(device: torch.device, num_tokens: int, slices: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each (position, slice)'s best score and id, [num_tokens, slices] float32 and int32, kept
+    between calls per device and stream (grown to the most asked for): every program writes its
+    own entry before the position's last program reads them, and the next call on that stream
+    runs after this one. Two allocations fewer a call (on the GPU machine's host the four
+    allocations of a call took 21-33 us: ci/gpu/recovered-host-cost.py)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    held = _slice_bests.get(key)
+    if held is None or held[0].numel() < num_tokens * slices:
+        size = max(num_tokens * slices, 4096)
+        held = _slice_bests[key] = (torch.empty(size, dtype=torch.float32, device=device),
+                                    torch.empty(size, dtype=torch.int32, device=device))
+    return tuple(t[:num_tokens * slices].view(num_tokens, slices) for t in held)
+
+
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 1
@@ -186,8 +205,7 @@ class SplitVocabDivision:
             return out
         block, lanes = self._lanes_per_program(num_tokens, vocab)
         slices = self._slices(vocab, lanes)
-        best = torch.empty((num_tokens, slices), dtype=torch.float32, device=target_probs.device)
-        best_id = torch.empty((num_tokens, slices), dtype=torch.int32, device=target_probs.device)
+        best, best_id = _slice_scratch(target_probs.device, num_tokens, slices)
         arrived = _arrival_counters(target_probs.device, num_tokens)
         slice_kernel(type(self))[(len(num_draft_tokens), max_spec_len, slices)](
             out, best, best_id, arrived, cu_num_draft_tokens, draft_token_ids,

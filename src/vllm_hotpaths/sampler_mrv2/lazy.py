@@ -8,16 +8,16 @@ need not be drawn. 0.22 and 0.23 can draw a noise of +inf (u = 1.0): no bound, n
 
 Two kernels, then upstream's last step:
 
-1. `_tops_kernel`, one program per (row, 1024-id block), as upstream's sampling kernel runs: reads
-   the block once and keeps its largest logit with its lowest id (a block holding a NaN keeps
-   +inf). That top is the processed logit (penalties, temperature, as the fused kernel computes
-   them) or, where the processed logits are not written and the row's penalties can only lower a
-   logit (repetition in [1, inf), frequency and presence >= 0), the unpenalized logit over the
-   temperature: a bound above every processed logit of the block, read without the penalty
-   tables. The top id's own noisy value, processed exactly, raises the row's threshold `best`
-   (an atomic maximum from -inf): any drawn token's noisy value is a floor under the row's largest;
-2. `_draw_kernel`, one program per (row, block): where the block's top plus the bound reaches
-   `best`, the fused kernel's block (every id's noise drawn, the 1024-id tile reduced in the
+1. `_tops_kernel`, one program per row and `TOPS_CHUNK` 1024-id blocks: reads each block once and
+   keeps its largest logit with its lowest id (a block holding a NaN keeps +inf). That top is the
+   processed logit (penalties, temperature, as the fused kernel computes them) or, where the
+   processed logits are not written and the row's penalties can only lower a logit (repetition
+   in [1, inf), frequency and presence >= 0), the unpenalized logit over the temperature: a bound
+   above every processed logit of the block, read without the penalty tables. The top id's own
+   noisy value, processed exactly, raises the row's threshold `best` (an atomic maximum from
+   -inf, one per program): any drawn token's noisy value is a floor under the row's largest;
+2. `_draw_kernel`, one program per row and `DRAW_CHUNK` blocks: for each block, where the
+   block's top plus the bound reaches `best`, the fused kernel's block (every id's noise drawn, the 1024-id tile reduced in the
    fused kernel's load layout, which decides where NaNs meet); elsewhere -inf: no id of the block
    can reach `best`, so the block was never upstream's first largest. A row of -inf keeps `best`
    at -inf and is drawn whole; a NaN block is always drawn, and only a NaN can win its row;
@@ -29,10 +29,13 @@ step 1. Step 2 reports how many ids of each block it read again (`drawn`: the id
 drawn, a greedy row's every id; stored per block, so nothing is zeroed first), the benchmark's
 share and `pass_choice`'s measure.
 
-Where it pays (an H200, `ci/gpu/lazy-gumbel.sh`, docs/sampler_mrv2.md#exact-lazy-gumbel, measured
-with the earlier design's three kernels): on rows whose head stands far above the rest; on flat
-rows it reads the logits once more than the fused pass and is slower. The plugin installs the
-fused pass, not this one.
+The slot parameters (temperature, seed, penalties) are read per program, and vLLM keeps them
+behind UVA views of host memory: `fast.row_parameters` copies them per row to the device first.
+
+Where it pays (an H200, `ci/gpu/lazy-gumbel.sh`, docs/sampler_mrv2.md#exact-lazy-gumbel): on rows
+whose head stands far above the rest (1.1-1.9x the fused pass's whole call at 5-9% of the ids
+drawn); on flat rows it reads the logits once more than the fused pass and is slower, which
+`pass_choice` avoids. The plugin installs the fused pass alone unless `patch.lazy_choice(True)`.
 """
 
 from __future__ import annotations

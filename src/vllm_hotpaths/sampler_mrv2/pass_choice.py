@@ -3,9 +3,9 @@ noise drawn only for the blocks that can win) or the fused one (`fast.fused_samp
 same ids and processed logits bit for bit, so the choice decides only the cost.
 
 The lazy pass reads every block once for its tops, then again each block it draws: it wins on
-peaked rows and loses on flat ones, where it draws nearly every block (on an H200 with the
-earlier three-kernel design, B = 1,024: 0.33 ms of device time at 5% of the ids drawn, 1.13 ms at
-100%, against the fused pass's 0.95 ms; `docs/sampler_mrv2.md#exact-lazy-gumbel`). So a sampler
+peaked rows and loses on flat ones, where it draws nearly every block (on an H200, vLLM 0.28.0,
+B = 1,024: 0.38-0.40 ms of device time at 5% of the ids drawn, 1.20-1.57 ms at 100%, against the
+fused pass's 0.95-1.06 ms; `docs/sampler_mrv2.md#exact-lazy-gumbel`). So a sampler
 takes the lazy pass until a lazy batch reads again more than `FLAT_SHARE` of its ids (a greedy
 row counts whole), then the fused pass for the next `FUSED_RUN` batches, then looks again with a
 lazy batch. A lazy batch's share reaches the host without stopping it: summed on the device,
