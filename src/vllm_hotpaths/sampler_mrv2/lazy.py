@@ -17,10 +17,11 @@ Two kernels, then upstream's last step:
    noisy value, processed exactly, raises the row's threshold `best` (an atomic maximum from
    -inf, one per program): any drawn token's noisy value is a floor under the row's largest;
 2. `_draw_kernel`, one program per row and `DRAW_CHUNK` blocks: for each block, where the
-   block's top plus the bound reaches `best`, the fused kernel's block (every id's noise drawn, the 1024-id tile reduced in the
-   fused kernel's load layout, which decides where NaNs meet); elsewhere -inf: no id of the block
-   can reach `best`, so the block was never upstream's first largest. A row of -inf keeps `best`
-   at -inf and is drawn whole; a NaN block is always drawn, and only a NaN can win its row;
+   block's top plus the bound reaches `best`, the fused kernel's block (every id's noise drawn,
+   the 1024-id tile reduced in the fused kernel's load layout, which decides where NaNs meet);
+   elsewhere -inf: no id of the block can reach `best`, so the block was never upstream's first
+   largest. A row of -inf keeps `best` at -inf and is drawn whole; a NaN block is always drawn,
+   and only a NaN can win its row;
 3. the first block holding the largest maximum, a NaN counting as the largest (`torch.argmax`, as
    upstream and the fused pass take it).
 
@@ -89,7 +90,7 @@ def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_
     # Step 1, one program per row and CHUNK blocks: each block's largest processed logit, or a
     # bound above it (+inf where the block holds a NaN: drawn whatever the threshold); the
     # processed logits; the noisy value of each block's top id raises the row's threshold (one
-    # atomic maximum per program). The blocks are unrolled without a branch, so their loads are
+    # atomic maximum per program). The blocks are unrolled (`static_range`), so their loads can be
     # in flight together; a block past the row's end loads nothing and stores nothing.
     row = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + row)
@@ -121,7 +122,8 @@ def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_
             nan = x != x
             top, lane = tl.max(tl.where(nan, float("-inf"), x), axis=0, return_indices=True)
             any_nan = tl.max(nan.to(tl.int32), axis=0) != 0
-            tl.store(top_ptr + row * num_blocks + block, tl.where(any_nan, float("inf"), top), mask=block < num_blocks)
+            tl.store(top_ptr + row * num_blocks + block, tl.where(any_nan, float("inf"), top),
+                     mask=block < num_blocks)
             # The top id's own noisy value (processed exactly, one id: no contiguity to hint); a
             # NaN raises nothing (its block is drawn anyway), nor does a greedy row.
             first = tl.full([2], block * BLOCK + lane, tl.int32)

@@ -360,9 +360,9 @@ def _install_sampler(sampler) -> None:
         """`sample`'s arguments by name, as `Signature.bind` names them (defaults not applied: a
         caller that leaves `return_logprobs` out gets the processed logits where a processed mode
         is set, as before). Binding costs 4.3 us a call against 0.6 us named here (timeit, 2-core
-        CPU host, 0.28.0's signature: docs/sampler_mrv2.md). So a call whose positional arguments fit the signature's and whose keywords are
-        the signature's, none given twice, is named directly; any other is bound (which raises
-        the TypeError a wrong call gets)."""
+        CPU host, 0.28.0's signature: docs/sampler_mrv2.md). So a call whose positional arguments
+        fit the signature's and whose keywords are the signature's, none given twice, is named
+        directly; any other is bound (which raises the TypeError a wrong call gets)."""
         if len(args) > len(positional) or not kwargs.keys() <= keywords or \
                 not kwargs.keys().isdisjoint(positional[:len(args)]):
             return sample_args.bind(*args, **kwargs).arguments
