@@ -56,14 +56,21 @@ DRAW_CHUNK = 1
 
 
 @triton.jit
+def _load(logits_ptr, row, row_stride, lanes, inside, CONTIG: tl.constexpr):
+    # Some ids of a row, upcast, loaded as the fused kernel loads them (CONTIG: its contiguity cap,
+    # which decides the reduction's layout).
+    offsets = row * row_stride + lanes
+    if CONTIG:
+        offsets = tl.max_contiguous(offsets, CONTIG)
+    return tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
+
+
+@triton.jit
 def _processed(logits_ptr, row, row_stride, lanes, inside, slot, t, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr,
                pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG: tl.constexpr,
                PENALTIES: tl.constexpr, MAX_DRAFTS: tl.constexpr):
     # The fused kernel's processing of some ids of a row: upcast, penalties, temperature.
-    offsets = row * row_stride + lanes
-    if CONTIG:
-        offsets = tl.max_contiguous(offsets, CONTIG)
-    x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
+    x = _load(logits_ptr, row, row_stride, lanes, inside, CONTIG)
     if PENALTIES:
         x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr, pres_ptr,
                       pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size, CONTIG, MAX_DRAFTS)
@@ -106,10 +113,7 @@ def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_
             block = tl.program_id(1) * CHUNK + i
             lanes = block * BLOCK + tl.arange(0, BLOCK)
             inside = lanes < vocab_size
-            offsets = row * row_stride + lanes
-            if CONTIG:
-                offsets = tl.max_contiguous(offsets, CONTIG)
-            x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf")).to(tl.float32)
+            x = _load(logits_ptr, row, row_stride, lanes, inside, CONTIG)
             if PENALTIES:
                 if WRITE_PROCESSED or not lowers:
                     x = _penalize(x, lanes, inside, row, slot, local_pos_ptr, input_ids_ptr, rep_ptr, freq_ptr,
