@@ -222,9 +222,10 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
                       PENALTIES=penalized, MAX_DRAFTS=triton.next_power_of_2(drafts) if drafts else 0)
         penalties = (repetition, frequency, presence, penalty_rows, counts, prompt_bits, prompt_bits.shape[1],
                      vocab_size, blocks)
-        _tops_kernel[(n, triton.cdiv(blocks, TOPS_CHUNK))](
+        chunk = min(TOPS_CHUNK, blocks)  # a short row's program holds no block past its end
+        _tops_kernel[(n, triton.cdiv(blocks, chunk))](
             top, best, out if write else top, logits, logits.stride(0), slots, pos, local_pos, input_ids, temperature,
-            seeds, *penalties, WRITE_PROCESSED=write, CHUNK=TOPS_CHUNK, **common)
+            seeds, *penalties, WRITE_PROCESSED=write, CHUNK=chunk, **common)
         _draw_kernel[(n, triton.cdiv(blocks, DRAW_CHUNK))](
             block_ids, block_max, drawn, best, top, logits, logits.stride(0), slots, pos, local_pos, input_ids,
             temperature, seeds, *penalties, FLOOR=SMALLEST_UNIFORM[noise], CHUNK=DRAW_CHUNK, **common)
