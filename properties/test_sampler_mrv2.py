@@ -111,13 +111,15 @@ RAISING = (("repetition_penalty", 0.7), ("presence_penalty", -2.0), ("frequency_
 @settings(max_examples=max(10, settings.default.max_examples // 15))
 def test_candidate_matches_reference_where_a_penalty_raises_an_id_of_a_later_block(data, candidate, device,
                                                                                    case_log):
-    """One random request (temperature 0.05) whose penalty raises a logit: repetition 0.7 on an id
+    """One random request (temperature 0.01) whose penalty raises a logit: repetition 0.7 on an id
     of its prompt, or presence or frequency -2 on an id of its output. That id `b`, in a block
     after the first, has the largest logit of its block, `x_b` in [20, 40]; id `a` of the first
-    block has `x_b + 1`, the row's largest unpenalized logit. Penalized, `b` leads by at least
-    1 / 0.05 = 20 before the noise, and its block's unpenalized top plus the noise's bound stays
-    below `b`'s own noisy value: a pass that took unpenalized tops as bounds for such a row would
-    skip `b`'s block. The reference's choice, `b`, is checked too (a row built wrong fails)."""
+    block has `x_b + 1.5`, the row's largest unpenalized logit. Penalized, `b` leads by at least
+    0.5 / 0.01 = 50 before the noise (more than any two noises differ: below 22.9 and above -3.1),
+    and its block's unpenalized top plus the noise's bound stays 150 - 22.9 - 3.1 below `a`'s noisy
+    value and `b`'s: a pass that took unpenalized tops as bounds for such a row would skip `b`'s
+    block, whichever top id raised its threshold. The reference's choice, `b`, is checked too (a
+    row built wrong fails)."""
     from vllm_hotpaths.testing.cases.logits_copy import LogitsProgram, run
 
     name, factory, version = candidate
@@ -127,9 +129,9 @@ def test_candidate_matches_reference_where_a_penalty_raises_an_id_of_a_later_blo
     knob, value = data.draw(st.sampled_from(RAISING), label="penalty")
     x_b = data.draw(st.floats(20.0, 40.0, width=32), label="x_b")
     prompt, output = ((b,), ()) if knob == "repetition_penalty" else ((a,), (b,))
-    params = (("temperature", 0.05), (knob, value), ("seed", data.draw(st.integers(0, 2**63 - 1), label="seed")))
+    params = (("temperature", 0.01), (knob, value), ("seed", data.draw(st.integers(0, 2**63 - 1), label="seed")))
     step = ("step", ((0, ()),), data.draw(st.integers(0, 2**32 - 1), label="logits seed"), 0.0,
-            ((0, a, x_b + 1.0), (0, b, x_b)))
+            ((0, a, x_b + 1.5), (0, b, x_b)))
     # Twice: the equivalence comparisons ask for the processed logits on the first step only, and
     # a pass computes its tops exactly wherever it writes them.
     program = LogitsProgram(vocab, 1, "float32", (("add", 0, prompt, output, params), step, step))

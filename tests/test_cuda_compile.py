@@ -81,14 +81,14 @@ COMPILE_FUSED = SAMPLING + textwrap.dedent("""
 COMPILE_LAZY = SAMPLING + textwrap.dedent("""
     from vllm_hotpaths.gumbel_noise import SMALLEST_UNIFORM
     from vllm_hotpaths.sampler_mrv2.fast import _rows_kernel
-    from vllm_hotpaths.sampler_mrv2.lazy import DRAW_CHUNK, TOPS_CHUNK, _draw_kernel, _tops_kernel
+    from vllm_hotpaths.sampler_mrv2.lazy import DRAW_CHUNK, THRESHOLD_PER_BLOCK, TOPS_CHUNK, _draw_kernel, _tops_kernel
 
     for (logits, (kind, on)), noise in itertools.product(CASES, ((1, 0), (0, 1))):
         common = {"BLOCK": 1024, "NOISE_LOG1P": noise[0], "NOISE_MURMUR3": noise[1], "CONTIG": 0 if on else 4,
                   "PENALTIES": on, "MAX_DRAFTS": 4 if on else 0}
         rows = row_arguments(logits, kind)
         compile_sm90(_tops_kernel, {"top_ptr": "*fp32", "best_ptr": "*fp32", "processed_ptr": "*fp32", **rows},
-                     {**common, "WRITE_PROCESSED": on, "CHUNK": TOPS_CHUNK})
+                     {**common, "WRITE_PROCESSED": on, "CHUNK": TOPS_CHUNK, "PER_BLOCK": THRESHOLD_PER_BLOCK})
         print("compiled _tops_kernel", logits, noise, kind)
         compile_sm90(_draw_kernel, {"block_ids_ptr": "*i64", "block_max_ptr": "*fp32", "drawn_ptr": "*i32",
                                     "best_ptr": "*fp32", "top_ptr": "*fp32", **rows},

@@ -86,3 +86,23 @@ def test_the_patch_takes_the_lazy_pass_only_where_asked_and_the_noise_has_a_boun
         assert patch.pass_choice(live.sampler) is choice  # one per sampler
     finally:
         patch.lazy_choice(False)
+
+
+@pytest.mark.parametrize("value, lazy, warned", [(None, True, False), ("auto", True, False), (" Fused ", False, False),
+                                                 ("lazy", True, True)])
+def test_install_takes_the_lazy_pass_unless_the_variable_says_fused(monkeypatch, caplog, value, lazy, warned):
+    """`install` turns the choice on by default; VLLM_HOTPATHS_SAMPLER_PASS=fused keeps the fused
+    pass alone; an unknown value is logged with the known ones and taken as the default."""
+    from vllm_hotpaths.sampler_mrv2 import patch
+
+    if value is None:
+        monkeypatch.delenv(patch.SAMPLER_PASS, raising=False)
+    else:
+        monkeypatch.setenv(patch.SAMPLER_PASS, value)
+    monkeypatch.setattr(patch, "install_methods", lambda version=None: [])
+    monkeypatch.setitem(patch._tables, "default", patch._tables["default"])
+    monkeypatch.setitem(patch._release, "lazy", not lazy)
+    with caplog.at_level("WARNING", logger="vllm.vllm_hotpaths"):
+        patch.install()
+    assert patch._release["lazy"] is lazy
+    assert ("is none of auto, fused" in caplog.text) is warned

@@ -3,7 +3,8 @@ with a bounded release's Python files overlaid, e.g. 0.33.0). B = 1,024 rows of 
 logits shaped as `testing.bench.lazy_gumbel` shapes them (gap 30, t 0.6: 5% of the ids drawn),
 without a penalty and with presence 1.5. For each side: host time per call (50 calls queued
 without a synchronization, divided), `triton.testing.do_bench` device time; then the lazy pass
-with other block chunks per program (`lazy.TOPS_CHUNK`, `lazy.DRAW_CHUNK`), and a torch profiler
+with other block chunks per program (`lazy.TOPS_CHUNK`, `lazy.DRAW_CHUNK`) and the threshold
+raised per block or per program (`lazy.THRESHOLD_PER_BLOCK`), and a torch profiler
 table per kernel of the standalone pass and the patched `Sampler.sample`. The sides:
 - the standalone lazy pass (`testing.bench.lazy_gumbel.lazy_type`, its parameters in device memory);
 - vLLM's `Sampler.sample` patched, its pass forced lazy, on upstream's prebuilt arguments;
@@ -29,7 +30,8 @@ from vllm_hotpaths.sampler_mrv2.fast import fused_sample, row_parameters
 from vllm_hotpaths.testing.bench import lazy_gumbel, sampler_mrv2
 
 SLOT_PARAMETERS = ("slots", "temperature", "seeds", "repetition", "frequency", "presence", "penalty_rows")
-CHUNKS = ((1, 1), (4, 1), (8, 1), (16, 1), (8, 4), (8, 8))
+# (tops blocks, draw blocks, each tops block's top raising the threshold) a program
+CHUNKS = ((1, 1, True), (4, 1, True), (8, 1, True), (4, 1, False), (8, 1, False), (16, 1, False), (8, 4, False))
 
 
 def patch_arguments(sampler, built: dict) -> dict:
@@ -89,14 +91,15 @@ def main() -> None:
         for name, call in calls.items():
             host, device_time = host_and_device(call)
             print(f"{kind:12} {name:34} host {host * 1e6:7.1f} us  device {device_time * 1e6:7.1f} us", flush=True)
-        chunks = lazy.TOPS_CHUNK, lazy.DRAW_CHUNK
+        chunks = lazy.TOPS_CHUNK, lazy.DRAW_CHUNK, lazy.THRESHOLD_PER_BLOCK
         try:
-            for lazy.TOPS_CHUNK, lazy.DRAW_CHUNK in CHUNKS:
+            for lazy.TOPS_CHUNK, lazy.DRAW_CHUNK, lazy.THRESHOLD_PER_BLOCK in CHUNKS:
                 device_time = triton.testing.do_bench(lambda: lazy.lazy_sample(**given)) * 1e-3
                 print(f"{kind:12} lazy_sample, {lazy.TOPS_CHUNK:2} tops blocks and {lazy.DRAW_CHUNK} draw blocks a "
-                      f"program: device {device_time * 1e6:7.1f} us", flush=True)
+                      f"program, threshold per {'block' if lazy.THRESHOLD_PER_BLOCK else 'program'}: "
+                      f"device {device_time * 1e6:7.1f} us", flush=True)
         finally:
-            lazy.TOPS_CHUNK, lazy.DRAW_CHUNK = chunks
+            lazy.TOPS_CHUNK, lazy.DRAW_CHUNK, lazy.THRESHOLD_PER_BLOCK = chunks
         for name in ("standalone lazy pass", "patched Sampler.sample, lazy"):
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiled:
                 for _ in range(5):

@@ -15,7 +15,8 @@ Two kernels, then upstream's last step:
    in [1, inf), frequency and presence >= 0), the unpenalized logit over the temperature: a bound
    above every processed logit of the block, read without the penalty tables. The top id's own
    noisy value, processed exactly, raises the row's threshold `best` (an atomic maximum from
-   -inf, one per program): any drawn token's noisy value is a floor under the row's largest;
+   -inf, one per program): any drawn token's noisy value is a floor under the row's largest. Of
+   the program's blocks, only the largest top's id is processed so (`THRESHOLD_PER_BLOCK`);
 2. `_draw_kernel`, one program per row and `DRAW_CHUNK` blocks: for each block, where the
    block's top plus the bound reaches `best`, the fused kernel's block (every id's noise drawn,
    the 1024-id tile reduced in the fused kernel's load layout, which decides where NaNs meet);
@@ -53,6 +54,9 @@ from vllm_hotpaths.sampler_mrv2.reference import BLOCK
 # Blocks per program of each kernel (one program per row and chunk of blocks).
 TOPS_CHUNK = 8
 DRAW_CHUNK = 1
+# Whether each block's top raises the threshold (True) or only each program's largest top: one
+# dependent load and one hash a program instead of a block, for a threshold no higher.
+THRESHOLD_PER_BLOCK = False
 
 
 @triton.jit
@@ -89,15 +93,31 @@ def _lowers(slot, rep_ptr, freq_ptr, pres_ptr):
 
 
 @triton.jit
+def _noisy_top(id, logits_ptr, row, row_stride, slot, t, seed, position, local_pos_ptr, input_ids_ptr, rep_ptr,
+               freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr, words, vocab_size,
+               NOISE_LOG1P: tl.constexpr, NOISE_MURMUR3: tl.constexpr, PENALTIES: tl.constexpr,
+               MAX_DRAFTS: tl.constexpr):
+    # One id's noisy value, processed exactly (one id: no contiguity to hint), a floor under its
+    # row's largest; -inf for a NaN (its block is drawn anyway) and for a greedy row.
+    first = tl.full([2], id, tl.int32)
+    value = _processed(logits_ptr, row, row_stride, first, first < vocab_size, slot, t, local_pos_ptr, input_ids_ptr,
+                       rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr,
+                       words, vocab_size, 0, PENALTIES, MAX_DRAFTS)
+    value = tl.max(value + gumbel_noise(seed, position, first, NOISE_LOG1P, NOISE_MURMUR3), axis=0)
+    return tl.where((value == value) & (t != 0.0), value, float("-inf"))
+
+
+@triton.jit
 def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_ptr, pos_ptr, local_pos_ptr,
                  input_ids_ptr, temp_ptr, seed_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr,
                  prompt_bits_ptr, words, vocab_size, num_blocks, BLOCK: tl.constexpr, NOISE_LOG1P: tl.constexpr,
                  NOISE_MURMUR3: tl.constexpr, CONTIG: tl.constexpr, PENALTIES: tl.constexpr,
-                 MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr, CHUNK: tl.constexpr):
+                 MAX_DRAFTS: tl.constexpr, WRITE_PROCESSED: tl.constexpr, CHUNK: tl.constexpr,
+                 PER_BLOCK: tl.constexpr):
     # Step 1, one program per row and CHUNK blocks: each block's largest processed logit, or a
     # bound above it (+inf where the block holds a NaN: drawn whatever the threshold); the
-    # processed logits; the noisy value of each block's top id raises the row's threshold (one
-    # atomic maximum per program). The blocks are unrolled (`static_range`), so their loads can be
+    # processed logits; the noisy value of the program's largest top id (PER_BLOCK: of each
+    # block's) raises the row's threshold (one atomic maximum per program). The blocks are unrolled (`static_range`), so their loads can be
     # in flight together; a block past the row's end loads nothing and stores nothing.
     row = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + row)
@@ -109,6 +129,8 @@ def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_
         seed = tl.load(seed_ptr + slot)
         position = tl.load(pos_ptr + row)
         raised = tl.full([], float("-inf"), tl.float32)
+        lead = tl.full([], float("-inf"), tl.float32)
+        lead_id = (tl.program_id(1) * CHUNK * BLOCK).to(tl.int32)
         for i in tl.static_range(CHUNK):
             block = tl.program_id(1) * CHUNK + i
             lanes = block * BLOCK + tl.arange(0, BLOCK)
@@ -128,14 +150,19 @@ def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_
             any_nan = tl.max(nan.to(tl.int32), axis=0) != 0
             tl.store(top_ptr + row * num_blocks + block, tl.where(any_nan, float("inf"), top),
                      mask=block < num_blocks)
-            # The top id's own noisy value (processed exactly, one id: no contiguity to hint); a
-            # NaN raises nothing (its block is drawn anyway), nor does a greedy row.
-            first = tl.full([2], block * BLOCK + lane, tl.int32)
-            value = _processed(logits_ptr, row, row_stride, first, first < vocab_size, slot, t, local_pos_ptr,
-                               input_ids_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr,
-                               words, vocab_size, 0, PENALTIES, MAX_DRAFTS)
-            value = tl.max(value + gumbel_noise(seed, position, first, NOISE_LOG1P, NOISE_MURMUR3), axis=0)
-            raised = tl.maximum(raised, tl.where((value == value) & (t != 0.0), value, float("-inf")))
+            if PER_BLOCK:
+                raised = tl.maximum(raised, _noisy_top(block * BLOCK + lane, logits_ptr, row, row_stride, slot, t,
+                                                       seed, position, local_pos_ptr, input_ids_ptr, rep_ptr,
+                                                       freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr,
+                                                       words, vocab_size, NOISE_LOG1P, NOISE_MURMUR3, PENALTIES,
+                                                       MAX_DRAFTS))
+            else:  # the program's largest top (NaN blocks left out), its first block's on a tie
+                lead_id = tl.where(top > lead, block * BLOCK + lane, lead_id)
+                lead = tl.maximum(lead, top)
+        if not PER_BLOCK:
+            raised = _noisy_top(lead_id, logits_ptr, row, row_stride, slot, t, seed, position, local_pos_ptr,
+                                input_ids_ptr, rep_ptr, freq_ptr, pres_ptr, pen_row_ptr, counts_ptr, prompt_bits_ptr,
+                                words, vocab_size, NOISE_LOG1P, NOISE_MURMUR3, PENALTIES, MAX_DRAFTS)
         tl.atomic_max(best_ptr + row, raised)
 
 
@@ -225,7 +252,7 @@ def lazy_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, re
         chunk = min(TOPS_CHUNK, blocks)  # a short row's program holds no block past its end
         _tops_kernel[(n, triton.cdiv(blocks, chunk))](
             top, best, out if write else top, logits, logits.stride(0), slots, pos, local_pos, input_ids, temperature,
-            seeds, *penalties, WRITE_PROCESSED=write, CHUNK=chunk, **common)
+            seeds, *penalties, WRITE_PROCESSED=write, CHUNK=chunk, PER_BLOCK=THRESHOLD_PER_BLOCK, **common)
         _draw_kernel[(n, triton.cdiv(blocks, DRAW_CHUNK))](
             block_ids, block_max, drawn, best, top, logits, logits.stride(0), slots, pos, local_pos, input_ids,
             temperature, seeds, *penalties, FLOOR=SMALLEST_UNIFORM[noise], CHUNK=DRAW_CHUNK, **common)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import sys
 from contextlib import contextmanager
 
@@ -77,6 +78,7 @@ COMPACT_UNTIL = (0, 30)  # the last release whose PenaltiesState is 0.22's
 _release = {"reference": None, "compact": False, "lazy": False}
 NATIVE_PROCESSORS = ("LogitBiasState", "PenaltiesState", "BadWordsState")
 PROCESSED_MODES = ("processed_logprobs", "processed_logits")
+SAMPLER_PASS, SAMPLER_PASSES = "VLLM_HOTPATHS_SAMPLER_PASS", ("auto", "fused")
 
 
 # What the patch does from each release on (`vllm-hotpaths changes X Y` prints it).
@@ -120,7 +122,7 @@ def configure(version: str) -> None:
 
 def lazy_choice(enabled: bool) -> None:
     """Whether samplers may take the lazy pass (`pass_choice`) where the release's noise has a
-    bound (0.24 on). Off unless asked for: `install` leaves it off."""
+    bound (0.24 on). Off until asked for: `install` asks (`sampler_pass_setting`)."""
     _release["lazy"] = enabled
 
 
@@ -471,11 +473,26 @@ def _install_tables(penalties_module, input_batch_module) -> None:
 
 
 def install(version: str | None = None) -> list[str]:
-    """The plugin's entry: the patched methods, and (0.22 to 0.30) compact tables in every
-    PenaltiesState built from now on (the engine's, built after the plugin loads)."""
+    """The plugin's entry: the patched methods, (0.22 to 0.30) compact tables in every
+    PenaltiesState built from now on (the engine's, built after the plugin loads), and the lazy
+    pass chosen per batch where the release's noise has a bound (`lazy_choice`) unless
+    VLLM_HOTPATHS_SAMPLER_PASS=fused."""
     names = install_methods(version)
     _tables["default"] = "compact"
+    lazy_choice(sampler_pass_setting() == "auto")
     return names
+
+
+def sampler_pass_setting() -> str:
+    """VLLM_HOTPATHS_SAMPLER_PASS: "auto" (default: the lazy or the fused pass per batch, where the
+    release's noise has a bound) or "fused" (the fused pass alone). Another value is logged and
+    taken as the default, so that a typo never stops vLLM from starting."""
+    value = os.environ.get(SAMPLER_PASS, "auto").strip().lower() or "auto"
+    if value not in SAMPLER_PASSES:
+        logger.warning("vllm-hotpaths: %s=%s is none of %s; taking auto", SAMPLER_PASS, os.environ[SAMPLER_PASS],
+                       ", ".join(SAMPLER_PASSES))
+        return "auto"
+    return value
 
 
 def install_methods(version: str | None = None) -> list[str]:
