@@ -35,9 +35,9 @@ The slot parameters (temperature, seed, penalties) are read per program, and vLL
 behind UVA views of host memory: `fast.row_parameters` copies them per row to the device first.
 
 Where it pays (an H200, `ci/gpu/lazy-gumbel.sh`, docs/sampler_mrv2.md#exact-lazy-gumbel): on rows
-whose head stands far above the rest (1.1-1.9x the fused pass's whole call at 5-9% of the ids
+whose head stands far above the rest (1.5-2.4x the fused pass's whole call at 5-9% of the ids
 drawn); on flat rows it reads the logits once more than the fused pass and is slower, which
-`pass_choice` avoids. The plugin installs the fused pass alone unless `patch.lazy_choice(True)`.
+`pass_choice` avoids. The plugin's `install` lets each sampler choose (`patch.lazy_choice`).
 """
 
 from __future__ import annotations
