@@ -15,8 +15,8 @@ Two kernels, then upstream's last step:
    in [1, inf), frequency and presence >= 0), the unpenalized logit over the temperature: a bound
    above every processed logit of the block, read without the penalty tables. The top id's own
    noisy value, processed exactly, raises the row's threshold `best` (an atomic maximum from
-   -inf, one per program): any drawn token's noisy value is a floor under the row's largest. Of
-   the program's blocks, only the largest top's id is processed so (`THRESHOLD_PER_BLOCK`);
+   -inf, one per program): any drawn token's noisy value is a floor under the row's largest.
+   Only the id of the program's largest top is processed so (`THRESHOLD_PER_BLOCK`);
 2. `_draw_kernel`, one program per row and `DRAW_CHUNK` blocks: for each block, where the
    block's top plus the bound reaches `best`, the fused kernel's block (every id's noise drawn,
    the 1024-id tile reduced in the fused kernel's load layout, which decides where NaNs meet);
@@ -117,8 +117,9 @@ def _tops_kernel(top_ptr, best_ptr, processed_ptr, logits_ptr, row_stride, slot_
     # Step 1, one program per row and CHUNK blocks: each block's largest processed logit, or a
     # bound above it (+inf where the block holds a NaN: drawn whatever the threshold); the
     # processed logits; the noisy value of the program's largest top id (PER_BLOCK: of each
-    # block's) raises the row's threshold (one atomic maximum per program). The blocks are unrolled (`static_range`), so their loads can be
-    # in flight together; a block past the row's end loads nothing and stores nothing.
+    # block's) raises the row's threshold (one atomic maximum per program). The blocks are
+    # unrolled (`static_range`), so their loads can be in flight together; a block past the row's
+    # end loads nothing and stores nothing.
     row = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + row)
     t = tl.load(temp_ptr + slot)
