@@ -44,6 +44,8 @@
 #            under this image's Triton
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 #   COMMIT   the suite's commit, for the reports, where the tree's git metadata is not its own
+#   PACK     1: everything under $OUT packed into $OUT/out.tar.gz at the end (a run hands back a
+#            limited number of files: 15 releases' mrv2 reports and logs are more)
 #   RECORD   1: the gate runs record what held into $OUT/validated.json (the plugin's file format;
 #            `python -m vllm_hotpaths.testing.cuda_rows REPORT` gives a report's cuda rows to the
 #            plugin's CPU rows of every release, docs/ci-gpu.md)
@@ -202,6 +204,11 @@ if [[ " $PARTS " == *" throughput "* ]]; then
   rm -f "$OUT"/throughput/*/stop "$OUT"/throughput/*/spec.json
 fi
 echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc, sampler-e2e and throughput exit $e2e_rc"
+if [[ "${PACK:-0}" == 1 ]]; then
+  packed=$(mktemp --suffix .tar.gz)
+  tar -C "$OUT" -czf "$packed" . && find "$OUT" -mindepth 1 -delete && mv "$packed" "$OUT/out.tar.gz"
+  echo "packed: $OUT/out.tar.gz"
+fi
 bench_rc=$(( bench_rc > e2e_rc ? bench_rc : e2e_rc ))
 worst=$(( gate_rc > bench_rc ? gate_rc : bench_rc ))
 worst=$(( worst > mrv2_rc ? worst : mrv2_rc ))
