@@ -8,7 +8,9 @@ then the wall time until the call returns, before its kernels finish (what the e
 thread spends on it). Each side and part is timed in turn, REPEATS times; medians in
 microseconds, one JSON line per shape. The parts are those the plugin's function runs in order:
 its noise tensor, the input checks, the noise draw, the split kernel's layout arithmetic, its
-scratch, the launch.
+scratch, the launch; on CUDA also the compiled kernel launched again without Triton's argument
+binding (`CompiledKernel.run` on the same arguments, as `triton_launch.Relauncher` launches), what
+a launch that skipped the binding would cost.
 
     python3 ci/gpu/recovered-host-cost.py [--repeats 200] [--device cuda] [--shape B K V]
 """
@@ -72,6 +74,8 @@ def main(argv=None) -> int:
                     fast._arrival_counters(device, tokens)),
                 "  launch (all of it)": lambda: kernel.launch(*given, q),
             }
+            if device.type == "cuda":
+                parts["  launch: compiled kernel alone (no binding)"] = unbound_launch(kernel, shape, q, fast)
             for part in parts.values():  # warm-up: compilation, allocator
                 part()
             times = {name: [] for name in parts}
@@ -87,6 +91,36 @@ def main(argv=None) -> int:
                     "host_us": {name: round(statistics.median(t) * 1e6, 1) for name, t in times.items()}}
             print(json.dumps(line), flush=True)
     return 0
+
+
+def unbound_launch(kernel, shape, q, fast):
+    """The split kernel's launch for these inputs as `CompiledKernel.run`, the binding done once:
+    a call that launches the kernel `kernel.launch` compiled, on the same arguments."""
+    import torch
+    import triton
+
+    from vllm_hotpaths.recovered_tokens.reference import draft_pointer
+
+    target, drafts = shape["target_probs"], shape["num_draft_tokens"]
+    tokens, vocab = target.shape
+    block, lanes = kernel._lanes_per_program(tokens, vocab)
+    slices = kernel._slices(vocab, lanes)
+    best, best_id = fast._slice_scratch(target.device, tokens, slices)
+    args = (torch.empty_like(shape["draft_token_ids"]), best, best_id, fast._arrival_counters(target.device, tokens),
+            shape["cu_num_draft_tokens"], shape["draft_token_ids"], draft_pointer(shape["draft_probs"], target),
+            target, q, vocab, lanes, slices, block, triton.next_power_of_2(slices), shape["draft_probs"] is None,
+            max(tokens * max(vocab, slices), q.numel()) >= 2 ** 31, 0)
+    grid = (len(drafts), shape["max_spec_len"], slices)
+    constexprs = dict(zip(("BLOCK", "SLICES", "NO_DRAFT_PROBS", "WIDE", "INTERPRETED_LANES"), args[12:]))
+    compiled = fast.slice_kernel(type(kernel))[grid](*args[:12], **constexprs, num_warps=fast.NUM_WARPS)
+    knobs = triton.knobs.runtime
+
+    def launch():
+        stream = triton.runtime.driver.active.get_current_stream(torch.cuda.current_device())
+        compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
+                     compiled.launch_metadata(grid, stream, *args), knobs.launch_enter_hook, knobs.launch_exit_hook,
+                     *args)
+    return launch
 
 
 if __name__ == "__main__":
