@@ -314,7 +314,8 @@ def test_the_gate_splits_its_rows_into_own_and_vllm_by_their_markers(pytestconfi
 def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_ones(monkeypatch, tmp_path, pytestconfig):
     """--record: a release whose hot path held gets a CPU row (a shared verdict names the release
     it shares), one that failed loses its row, and a row a GPU run validated stays while the CPU
-    verdict holds."""
+    verdict holds and the suite's files for the hot path are those it was recorded with; where
+    they differ, it becomes a CPU row."""
     verdict = {"0.22.0": "pass", "0.23.0": "fail"}
 
     def gate(self, version, python, hotpaths, rows):
@@ -331,15 +332,21 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
     monkeypatch.setattr(matrix.runner_choice, "choices", lambda python: [])
     monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0", "0.22.0", "0.23.0"]})
     validated = tmp_path / "validated.json"
-    gpu_row = {"profile": "ci", "devices": ["cpu", "cuda"], "implementations": ["incremental"]}
-    validated.write_text(json.dumps({"penalties": {"0.22.0": gpu_row, "0.23.0": gpu_row}}))
-    table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None,
-                          record_to=validated)
-    for version in ("0.22.0", "0.22.1", "0.23.0"):
-        result = table.release(version, own)
-    assert result["hotpaths"]["penalties"]["fixtures"] == ["matrix/gate-vllm-0.23.0/fixtures/case.json"]  # from OUT
-    rows = json.loads(validated.read_text())["penalties"]
-    assert rows["0.22.0"] == gpu_row
-    assert rows["0.22.1"]["devices"] == ["cpu"] and rows["0.22.1"]["shared_with"] == "0.22.0"
-    assert rows["0.22.1"]["implementations"] == ["incremental"]
-    assert "0.23.0" not in rows
+    gpu_row = {"profile": "ci", "devices": ["cpu", "cuda"], "implementations": ["incremental"], "commit": "abc1234"}
+    for same in (True, False):
+        validated.write_text(json.dumps({"penalties": {"0.22.0": gpu_row, "0.23.0": gpu_row}}))
+        table = matrix.Matrix(pytestconfig.rootpath, tmp_path / str(same), "ci", ["penalties"], None, None,
+                              log=lambda line: None, record_to=validated)
+        monkeypatch.setattr(table, "_same_code", lambda name, commit: same and (name, commit) == ("penalties", "abc1234"))
+        for version in ("0.22.0", "0.22.1", "0.23.0"):
+            result = table.release(version, own)
+        assert result["hotpaths"]["penalties"]["fixtures"] == [
+            "matrix/gate-vllm-0.23.0/fixtures/case.json"]  # from OUT
+        rows = json.loads(validated.read_text())["penalties"]
+        if same:
+            assert rows["0.22.0"] == gpu_row
+        else:
+            assert rows["0.22.0"]["devices"] == ["cpu"] and rows["0.22.0"]["commit"] == table.commit
+        assert rows["0.22.1"]["devices"] == ["cpu"] and rows["0.22.1"]["shared_with"] == "0.22.0"
+        assert rows["0.22.1"]["implementations"] == ["incremental"]
+        assert "0.23.0" not in rows

@@ -298,19 +298,28 @@ class Matrix:
         """The plugin's validated file for this release, as `gate --record` writes it: a hot path
         whose checks all held here (its own gate, or the release it shares a verdict with) gets a
         CPU row; one that did not loses its row. A row that a GPU run also validated is left as
-        it is while the CPU verdict holds."""
+        it is while the CPU verdict holds and the suite's files for the hot path are those it was
+        recorded with (`_same_code`); otherwise it becomes a CPU row, until a GPU run of this code
+        adds its cuda rows again (`testing.cuda_rows`)."""
         from vllm_hotpaths.plugin import load_validated
 
         validated, version = load_validated(self.record_to), result["version"]
         for name, cell in result["hotpaths"].items():
             entries = validated.setdefault(name, {})
+            entry = entries.get(version, {})
             if not cell.get("held"):
                 entries.pop(version, None)
-            elif "cuda" not in entries.get(version, {}).get("devices", []):
+            elif not ("cuda" in entry.get("devices", []) and self._same_code(name, entry.get("commit"))):
                 entries[version] = {"profile": self.profile, "devices": ["cpu"], "implementations": cell["implementations"],
                                     "date": result["date"], "commit": self.commit,
                                     **({"shared_with": cell["shared_with"]} if cell.get("shared_with") else {})}
         self.record_to.write_text(json.dumps(validated, indent=1, sort_keys=True) + "\n")
+
+    def _same_code(self, name: str, commit: str | None) -> bool:
+        """Whether the suite's files for `name` at `commit` are those at the matrix's commit."""
+        from vllm_hotpaths.testing.cuda_rows import git_same_code
+
+        return bool(commit and self.commit) and git_same_code(self.root)(name, commit, self.commit)
 
     def _shared(self, name: str, version: str, here: str, vllm_root: Path) -> dict | None:
         for anchor in reversed(self.anchors(name, version)):
