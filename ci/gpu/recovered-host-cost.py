@@ -75,7 +75,7 @@ def main(argv=None) -> int:
                 "  launch (all of it)": lambda: kernel.launch(*given, q),
             }
             if device.type == "cuda":
-                parts["  launch: compiled kernel alone (no binding)"] = unbound_launch(kernel, shape, q, fast)
+                parts["  launch: compiled kernel alone (no binding)"] = unbound_launch(kernel, given, q, fast)
             for part in parts.values():  # warm-up: compilation, allocator
                 part()
             times = {name: [] for name in parts}
@@ -93,26 +93,42 @@ def main(argv=None) -> int:
     return 0
 
 
-def unbound_launch(kernel, shape, q, fast):
+def launch_arguments(kernel, given, q, fast):
+    """The grid, arguments and options `kernel.launch` hands the split kernel for these inputs,
+    caught on their way (`fast.slice_kernel` wrapped for one call)."""
+    caught = {}
+    real = fast.slice_kernel
+
+    class Catch:
+        def __init__(self, jitted):
+            self.jitted = jitted
+
+        def __getitem__(self, grid):
+            def launch(*args, **options):
+                caught.update(grid=grid, args=args, options=options, jitted=self.jitted)
+                return self.jitted[grid](*args, **options)
+            return launch
+
+    fast.slice_kernel = lambda kind: Catch(real(kind))
+    try:
+        kernel.launch(*given, q)
+    finally:
+        fast.slice_kernel = real
+    return caught
+
+
+def unbound_launch(kernel, given, q, fast):
     """The split kernel's launch for these inputs as `CompiledKernel.run`, the binding done once:
-    a call that launches the kernel `kernel.launch` compiled, on the same arguments."""
+    the kernel `kernel.launch` compiled, on the arguments it launched it with."""
     import torch
     import triton
 
-    from vllm_hotpaths.recovered_tokens.reference import draft_pointer
-
-    target, drafts = shape["target_probs"], shape["num_draft_tokens"]
-    tokens, vocab = target.shape
-    block, lanes = kernel._lanes_per_program(tokens, vocab)
-    slices = kernel._slices(vocab, lanes)
-    best, best_id = fast._slice_scratch(target.device, tokens, slices)
-    args = (torch.empty_like(shape["draft_token_ids"]), best, best_id, fast._arrival_counters(target.device, tokens),
-            shape["cu_num_draft_tokens"], shape["draft_token_ids"], draft_pointer(shape["draft_probs"], target),
-            target, q, vocab, lanes, slices, block, triton.next_power_of_2(slices), shape["draft_probs"] is None,
-            max(tokens * max(vocab, slices), q.numel()) >= 2 ** 31, 0)
-    grid = (len(drafts), shape["max_spec_len"], slices)
-    constexprs = dict(zip(("BLOCK", "SLICES", "NO_DRAFT_PROBS", "WIDE", "INTERPRETED_LANES"), args[12:]))
-    compiled = fast.slice_kernel(type(kernel))[grid](*args[:12], **constexprs, num_warps=fast.NUM_WARPS)
+    caught = launch_arguments(kernel, given, q, fast)
+    grid, options, jitted = caught["grid"], dict(caught["options"]), caught["jitted"]
+    num_warps = options.pop("num_warps")
+    compiled = jitted[grid](*caught["args"], **options, num_warps=num_warps)
+    named = dict(zip(jitted.arg_names, caught["args"]), **options)
+    args = tuple(named[name] for name in jitted.arg_names)  # every parameter in order, constexprs too
     knobs = triton.knobs.runtime
 
     def launch():
