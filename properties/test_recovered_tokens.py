@@ -76,6 +76,24 @@ def test_candidate_compiles_under_a_compile_hook(case, candidate, device, case_l
 
 
 @pytest.mark.check("equivalence")
+@settings(max_examples=max(10, settings.default.max_examples // 5))  # five launches an example
+@replayed
+@given(case=recovery_cases())
+def test_one_candidate_serves_each_launch_shape_in_turn(case, candidate, device, case_log):
+    """The patch keeps one candidate per device for every call, and the candidate keeps a launch
+    plan per shape (grid, slicing, scratch, compile options): the case, then each of its siblings
+    one shape component away, all through one candidate, get their own reference's ids (a
+    sibling whose component the plan's key left out would be launched with the case's plan)."""
+    name, factory, version = candidate
+    case_log.record(case)
+    kernel = factory(device, case.candidate_tiles())
+    reference = HOTPATH.reference(version)
+    for turn in (case, *case.siblings()):
+        expected = recovered(reference(device, turn.reference_tiles()), turn, device)
+        compare_ids(recovered(kernel, turn, device), expected, f"{name} (one instance) vs reference {version}")
+
+
+@pytest.mark.check("equivalence")
 @pytest.mark.devices("cpu")
 @pytest.mark.implementation("torch vs triton references")
 @replayed

@@ -251,7 +251,18 @@ class LaterTileWinsTiesReference(ReciprocalReference):
         return out
 
 
-# name -> (reference version it claims, the law that must catch it (properties/test_<law>.py),
+class PlanWithoutDraftProbs(SplitVocabReciprocal):
+    """Keeps its launch plans by shape alone, not by whether draft probabilities come: a batch
+    after one of the other kind at the same shape is launched with that one's NO_DRAFT_PROBS."""
+
+    def plan(self, requests, max_spec_len, num_tokens, vocab, no_draft_probs, target_probs):
+        first = self.__dict__.setdefault("_kinds", {}).setdefault((requests, max_spec_len, num_tokens, vocab),
+                                                                   no_draft_probs)
+        return super().plan(requests, max_spec_len, num_tokens, vocab, first, target_probs)
+
+
+# name -> (reference version it claims, the law that must catch it (properties/test_<law>.py) or the
+# hot path's own property,
 # devices it shows on)
 MUTANTS = {
     "DividesForReciprocal": ("0.17.0", "equivalence", "cpu cuda"),
@@ -270,6 +281,7 @@ MUTANTS = {
     "ReciprocalByExpLog": ("0.17.0", "equivalence", "cpu cuda"),
     "RescaledScore": ("0.17.0", "equivalence", "cpu cuda"),
     "ApproximateReciprocal": ("0.17.0", "equivalence", "cuda"),
+    "PlanWithoutDraftProbs": ("0.17.0", "test_one_candidate_serves_each_launch_shape_in_turn", "cpu cuda"),
 }
 # Caught by `ci`'s derandomized draw before the 0.17.0 reference took its key, and no longer by the
 # draw that key seeds (the law's draws are keyed by the candidate's label): the `quality` profile's

@@ -96,7 +96,7 @@ def planted_runs() -> list[PlantedRun]:
                                    fixture=_fixture(module, m)))
     for m, (version, law, devices) in recovered_tokens.MUTANTS.items():
         if "cpu" in devices.split():
-            runs.append(PlantedRun("recovered_tokens", m, f"properties/test_{law}.py", "recovered_tokens and cpu",
+            runs.append(PlantedRun("recovered_tokens", m, *_law_or_own("recovered_tokens", law),
                                    "--reference" if law == "conformance" else "--impl",
                                    f"recovered_tokens@{version}=properties.quality.recovered_tokens:{m}",
                                    _profile(recovered_tokens, m), interpreted=True))

@@ -8,8 +8,8 @@ A hot path is installed on a CUDA engine only where its record has CUDA rows (th
 GPU machine writes them). VLLM_HOTPATHS selects: unset or "all" (every hot path that has a
 patch), "off" (none, logged once), or names separated by commas (unknown ones are logged and
 left out). VLLM_HOTPATHS_VALIDATED names another validated file. Loading twice
-installs nothing twice. A hot path the registry holds back (`held_back`: validated, but its fast
-path is not faster than upstream everywhere it was measured) is not installed; one line says why.
+installs nothing twice. A patch whose module says it is not needed on this vLLM (`not_needed`:
+upstream already does it, or nowhere was it measured faster) is not installed; one line says why.
 Each patch falls back to upstream, at run time, for rows it cannot vouch
 for (its module says which).
 
@@ -95,11 +95,6 @@ def register() -> dict[str, list[str]]:
     device = engine_device()
     for name in names:
         if name in _installed:
-            continue
-        held_back = registry.get(name).held_back
-        if held_back is not None:
-            logger.info("vllm-hotpaths: %s held back on vLLM %s, upstream kept: %s", name, version, held_back)
-            _installed[name] = []
             continue
         entry = validated.get(name, {}).get(version)
         devices = entry.get("devices", ()) if entry else ()

@@ -44,9 +44,6 @@ class HotPath:
     # The testing half of the entry: "module:attr" of its `testing.laws.Checks` (case schema,
     # driver, comparison), which the generic laws in properties/ run.
     checks: str | None = None
-    # Validated, but its fast path is not faster than upstream everywhere it was measured: why,
-    # with the docs link to the numbers. The plugin then installs nothing for it.
-    held_back: str | None = None
     # The model runner whose code calls `upstream` (runners.RUNNERS): an engine on the other
     # runner never calls it, patched or not; "any": the engine core's scheduler, called by both.
     runner: str = "v1"
@@ -409,8 +406,6 @@ HOTPATHS: dict[str, HotPath] = {
         triton=True,
         patch="vllm_hotpaths.recovered_tokens.patch:install",
         checks="vllm_hotpaths.testing.cases.recovered_tokens:RecoveredTokensChecks",
-        held_back=("not faster than upstream's own sample_recovered_tokens at every benchmark shape "
-                   "(docs/recovered_tokens.md#measured)"),
     ),
     "logits_copy": HotPath(
         name="logits_copy",

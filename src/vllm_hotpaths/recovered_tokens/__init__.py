@@ -59,15 +59,20 @@ def check_runnable(device: torch.device) -> None:
                            "(a process of its own where a GPU is visible)")
 
 
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
 def check_inputs(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
                  draft_probs, target_probs, q) -> None:
     """Raise InvalidRecoveryInput naming the first problem; checks only host-side metadata (no
-    device synchronization), so `cu_num_draft_tokens` is trusted to be the running sum."""
+    device synchronization), so `cu_num_draft_tokens` is trusted to be the running sum. This runs
+    on every decode step of the patched function: well-formed tensors pass one chain of
+    comparisons, and only a failing one is looked at tensor by tensor for the message."""
 
     def fail(message: str):
         raise InvalidRecoveryInput(message)
 
-    counts = list(num_draft_tokens)  # builtins over the list: this runs on every decode step
+    counts = num_draft_tokens if type(num_draft_tokens) is list else list(num_draft_tokens)  # builtins below
     if counts and min(counts) < 0:
         fail(f"num_draft_tokens must be >= 0, got {counts}")
     if target_probs.dim() != 2:
@@ -79,21 +84,36 @@ def check_inputs(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_toke
         fail(f"num_draft_tokens sum to {sum(counts)}, but target_probs has {num_tokens} rows")
     if counts and max(counts) > max_spec_len:
         fail(f"max_spec_len {max_spec_len} is below the largest draft count {max(counts)}")
-    expected = {
-        "q": (q, (len(counts), vocab), (torch.float32,)),
-        "cu_num_draft_tokens": (cu_num_draft_tokens, (len(counts),), (torch.int32, torch.int64)),
-        "draft_token_ids": (draft_token_ids, (num_tokens,), (torch.int32, torch.int64)),
-        "target_probs": (target_probs, (num_tokens, vocab), (torch.float32,)),
-    }
+    device, fp32, requests = target_probs.device, torch.float32, len(counts)
+    if not (q.shape == (requests, vocab) and q.dtype == fp32 and q.device == device and q.is_contiguous()
+            and cu_num_draft_tokens.shape == (requests,) and cu_num_draft_tokens.dtype in INDEX_DTYPES
+            and cu_num_draft_tokens.device == device and cu_num_draft_tokens.is_contiguous()
+            and draft_token_ids.shape == (num_tokens,) and draft_token_ids.dtype in INDEX_DTYPES
+            and draft_token_ids.device == device and draft_token_ids.is_contiguous()
+            and target_probs.dtype == fp32 and target_probs.is_contiguous()
+            and (draft_probs is None or (draft_probs.shape == target_probs.shape and draft_probs.dtype == fp32
+                                         and draft_probs.device == device and draft_probs.is_contiguous()))):
+        fail(_tensor_problem(q, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, requests))
+    check_runnable(device)
+
+
+def _tensor_problem(q, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, requests: int) -> str:
+    """The first tensor of a batch that `check_inputs`' chain refused, and why."""
+    num_tokens, vocab = target_probs.shape
+    fp32 = (torch.float32,)
+    expected = [("q", q, (requests, vocab), fp32),
+                ("cu_num_draft_tokens", cu_num_draft_tokens, (requests,), INDEX_DTYPES),
+                ("draft_token_ids", draft_token_ids, (num_tokens,), INDEX_DTYPES),
+                ("target_probs", target_probs, (num_tokens, vocab), fp32)]
     if draft_probs is not None:
-        expected["draft_probs"] = (draft_probs, (num_tokens, vocab), (torch.float32,))
-    for name, (tensor, shape, dtypes) in expected.items():
+        expected.append(("draft_probs", draft_probs, (num_tokens, vocab), fp32))
+    for name, tensor, shape, dtypes in expected:
         if tuple(tensor.shape) != shape:
-            fail(f"{name} must have shape {list(shape)}, got {list(tensor.shape)}")
+            return f"{name} must have shape {list(shape)}, got {list(tensor.shape)}"
         if tensor.dtype not in dtypes:
-            fail(f"{name} must be {' or '.join(map(str, dtypes))}, got {tensor.dtype}")
+            return f"{name} must be {' or '.join(map(str, dtypes))}, got {tensor.dtype}"
         if tensor.device != target_probs.device:
-            fail(f"{name} is on {tensor.device}, target_probs on {target_probs.device}")
+            return f"{name} is on {tensor.device}, target_probs on {target_probs.device}"
         if not tensor.is_contiguous():
-            fail(f"{name} must be contiguous")
-    check_runnable(target_probs.device)
+            return f"{name} must be contiguous"
+    return "the tensors do not describe one batch"

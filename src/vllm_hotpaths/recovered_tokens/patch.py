@@ -1,22 +1,36 @@
-"""Installs the split-vocabulary kernel as vLLM's `rejection_sampler.sample_recovered_tokens`.
+"""Installs the split-vocabulary kernel as vLLM's `rejection_sampler.sample_recovered_tokens`,
+at the shapes where it was measured faster (`dispatch`).
 
 The replacement draws the noise as upstream does, call for call (one `exponential_()` over the
 whole `[B, V]` tensor, then one per seeded request that has drafts, from its generator), so the
 random streams advance exactly as upstream's, and hands it to the split-vocab variant whose
-reference the installed vLLM is checked against (0.17.0 on: `split-vocab@0.17.0`). Inputs
-the fast path refuses, and 0.33's `use_fp64_gumbel` noise, go to upstream's function before any
-noise is drawn.
+reference the installed vLLM is checked against (0.17.0 on: `split-vocab@0.17.0`). A shape the
+dispatch leaves to upstream, inputs the fast path refuses, and 0.33's `use_fp64_gumbel` noise go
+to upstream's function before any noise is drawn. On the first call on a GPU whose model no
+measurement names as faster anywhere, upstream's function is put back in the module.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from vllm_hotpaths import registry, vllm_env
-from vllm_hotpaths.recovered_tokens import InvalidRecoveryInput, check_inputs
+from vllm_hotpaths.recovered_tokens import InvalidRecoveryInput, check_inputs, dispatch
 
 REJECTION_SAMPLER = "vllm.v1.sample.rejection_sampler"
 UPSTREAM: dict[str, object] = {}  # the replaced function, for the properties' unpatched side
+logger = logging.getLogger("vllm.vllm_hotpaths")
+
+
+def not_needed(version: str) -> str | None:
+    """Why the plugin leaves this hot path to upstream, or None (some GPU model has a shape where
+    the patched call was measured faster)."""
+    if dispatch.wins_on_some_gpu():
+        return None
+    return (f"no GPU model has a shape where the split kernel's whole call was measured faster than upstream's "
+            f"({dispatch.DISPATCH_FILE.name}; docs/recovered_tokens.md#dispatch-by-shape)")
 
 
 def draw_noise(q: torch.Tensor, num_draft_tokens, generators) -> torch.Tensor:
@@ -28,29 +42,46 @@ def draw_noise(q: torch.Tensor, num_draft_tokens, generators) -> torch.Tensor:
     return q
 
 
-def install(version: str | None = None) -> list[str]:
+def device_dispatch(device: torch.device):
+    """The dispatch of `device`'s GPU model (the shipped measurements); a CPU takes upstream's call."""
+    if device.type != "cuda":
+        return dispatch.Never("cpu")
+    return dispatch.for_gpu(torch.cuda.get_device_name(device))
+
+
+def install(version: str | None = None, choose=None) -> list[str]:
+    """The replacement; `choose(device)` gives a device's dispatch (default `device_dispatch`;
+    the properties and the benchmark pass one that always takes the fast path)."""
     version = version or vllm_env.installed_version()
     module = vllm_env.import_vllm(REJECTION_SAMPLER)
     if UPSTREAM:
         return ["rejection_sampler.sample_recovered_tokens"]
     upstream = module.sample_recovered_tokens
     factory = registry.get("recovered_tokens").fast_for(version)
-    kernels: dict[torch.device, object] = {}  # one fast instance per device
+    choose = choose or device_dispatch
+    per_device: dict[object, tuple] = {}  # device -> (fast instance, dispatch)
 
     def sample_recovered_tokens(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
                                 draft_probs, target_probs, sampling_metadata, device, use_fp64_gumbel=False):
         args = (max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs)
         if use_fp64_gumbel:  # 0.33's fp64 noise: no fast variant states it
             return upstream(*args, sampling_metadata, device, use_fp64_gumbel=True)
+        held = per_device.get(device)
+        if held is None:
+            held = per_device[device] = (factory(torch.device(device)), choose(torch.device(device)))
+            if not held[1].wins_anywhere() and module.sample_recovered_tokens is sample_recovered_tokens:
+                module.sample_recovered_tokens = upstream
+                logger.info("vllm-hotpaths: recovered_tokens: no shape measured faster on %s, upstream's "
+                            "sample_recovered_tokens put back", held[1].gpu)
+        fast, shapes = held
+        if not shapes.takes_fast(len(num_draft_tokens), max_spec_len, target_probs.shape[-1], draft_probs is not None):
+            return upstream(*args, sampling_metadata, device)
         q = torch.empty((len(num_draft_tokens), target_probs.shape[-1]), dtype=torch.float32, device=device)
         try:
             check_inputs(*args, q)
         except InvalidRecoveryInput:
             return upstream(*args, sampling_metadata, device)
         draw_noise(q, num_draft_tokens, sampling_metadata.generators)
-        fast = kernels.get(q.device)
-        if fast is None:
-            fast = kernels[q.device] = factory(q.device)
         return fast.launch(*args, q)
 
     UPSTREAM["sample_recovered_tokens"] = upstream

@@ -131,14 +131,19 @@ def upstream_kernel_launch(module, args: dict):
 
 
 def upstream_and_patched(module, version: str):
-    """(upstream's sample_recovered_tokens, the plugin's replacement); the module is left as found."""
-    from vllm_hotpaths.recovered_tokens import patch
+    """(upstream's sample_recovered_tokens, the plugin's replacement taking the fast path at every
+    shape); the module is left as found (a patch installed before is installed again, with the
+    shipped dispatch)."""
+    from vllm_hotpaths.recovered_tokens import dispatch, patch
 
     was_installed = bool(patch.UPSTREAM)
-    patch.install(version)
-    pair = patch.UPSTREAM["sample_recovered_tokens"], module.sample_recovered_tokens
-    if not was_installed:
+    if was_installed:
         patch.uninstall()
+    patch.install(version, choose=lambda device: dispatch.Always())
+    pair = patch.UPSTREAM["sample_recovered_tokens"], module.sample_recovered_tokens
+    patch.uninstall()
+    if was_installed:
+        patch.install(version)
     return pair
 
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -91,6 +91,16 @@ class RecoveryCase:
 
     def candidate_tiles(self) -> Tiles | None:
         return None if self.fast_tiles is None else Tiles(*self.fast_tiles)
+
+    def siblings(self) -> list["RecoveryCase"]:
+        """Cases one launch shape away, each in one of what a launch plan is kept by
+        (`fast.LaunchPlan`): draft probabilities or not, `max_spec_len`, the number of draft
+        tokens (one more request of one draft), the vocabulary (one id more: every edit's lane
+        stays inside)."""
+        return [replace(self, draft_probs=not self.draft_probs),
+                replace(self, spare_spec_len=self.spare_spec_len + 1),
+                replace(self, draft_counts=(*self.draft_counts, 1), draft_ids=(*self.draft_ids, 0)),
+                replace(self, vocab_size=self.vocab_size + 1)]
 
     def build(self) -> "Inputs":
         """The inputs (shared between calls for the same case: read them, do not write)."""
@@ -576,9 +586,9 @@ class RecoveredTokensChecks(Checks):
         without drafts), and every stream left where upstream leaves it; where upstream's pick is
         undecided (the ledger's NaN positions) it is excused, as in conformance."""
         from vllm_hotpaths import vllm_env
-        from vllm_hotpaths.recovered_tokens import patch
+        from vllm_hotpaths.recovered_tokens import dispatch, patch
 
-        patch.install()
+        patch.install(choose=lambda device: dispatch.Always())  # the fast path at every shape
         try:
             module = vllm_env.import_vllm(patch.REJECTION_SAMPLER)
             upstream, upstream_streams = upstream_call(patch.UPSTREAM["sample_recovered_tokens"], case, device)
