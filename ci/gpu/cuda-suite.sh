@@ -42,6 +42,10 @@
 #            compile_variants (WARMUP_ARGS), one JSON line each in $OUT/warmup-compile.jsonl
 #            "interpreter": the tests of what this project changes in Triton's interpreter, run
 #            under this image's Triton
+#            "dispatch": recovered_tokens on the staged vLLM: the host time of each part of a call
+#            (ci/gpu/recovered-host-cost.py, $OUT/recovered-host-cost.jsonl), then the dispatch grid
+#            (`python -m vllm_hotpaths.testing.bench.recovered_dispatch` with DISPATCH_ARGS) as
+#            $OUT/dispatch.json: the shipped recovered_tokens/dispatch.json with this GPU model's entry
 #   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
 #   COMMIT   the suite's commit, for the reports, where the tree's git metadata is not its own
 #   PACK     1: everything under $OUT packed into $OUT/out.tar.gz at the end (a run hands back a
@@ -202,6 +206,11 @@ if [[ " $PARTS " == *" throughput "* ]]; then
       "$OUT/throughput/torch"
   fi
   rm -f "$OUT"/throughput/*/stop "$OUT"/throughput/*/spec.json
+fi
+if [[ " $PARTS " == *" dispatch "* ]]; then
+  python3 ci/gpu/recovered-host-cost.py --repeats 100 | tee "$OUT/recovered-host-cost.jsonl" || bench_rc=1
+  python -m vllm_hotpaths.testing.bench.recovered_dispatch --out "$OUT/dispatch.json" \
+    --merge src/vllm_hotpaths/recovered_tokens/dispatch.json ${DISPATCH_ARGS:-} || bench_rc=1
 fi
 echo "gate exit $gate_rc, mrv2 exit $mrv2_rc, bench exit $bench_rc, quality exit $quality_rc, sampler-e2e and throughput exit $e2e_rc"
 if [[ "${PACK:-0}" == 1 ]]; then

@@ -7,10 +7,10 @@ V ids, without and with draft probabilities), host time of a call: the device sy
 then the wall time until the call returns, before its kernels finish (what the engine's Python
 thread spends on it). Each side and part is timed in turn, REPEATS times; medians in
 microseconds, one JSON line per shape. The parts are those the plugin's function runs in order:
-its noise tensor, the input checks, the noise draw, the split kernel's layout arithmetic, its
-scratch, the launch; on CUDA also the compiled kernel launched again without Triton's argument
-binding (`CompiledKernel.run` on the same arguments, as `triton_launch.Relauncher` launches), what
-a launch that skipped the binding would cost.
+its noise tensor, the input checks, the noise draw, the output tensor with the shape's launch
+plan (grid, slicing, scratch: kept per shape), the launch; on CUDA also the compiled kernel
+launched again without Triton's argument binding (`CompiledKernel.run` on the same arguments, as
+`triton_launch.Relauncher` launches), what a launch that skipped the binding would cost.
 
     python3 ci/gpu/recovered-host-cost.py [--repeats 200] [--device cuda] [--shape B K V]
 """
@@ -31,12 +31,10 @@ def main(argv=None) -> int:
                         help="one shape instead of the benchmark's (a quick run on a CPU)")
     args = parser.parse_args(argv)
     import torch
-    import triton
 
     from vllm_hotpaths import registry, vllm_env
     from vllm_hotpaths.recovered_tokens import check_inputs, fast
     from vllm_hotpaths.recovered_tokens.patch import draw_noise
-    from vllm_hotpaths.recovered_tokens.reference import draft_pointer, interpreted_bound
     from vllm_hotpaths.testing.bench import recovered_tokens as bench
 
     device = torch.device(args.device)
@@ -55,8 +53,6 @@ def main(argv=None) -> int:
                      shape["draft_token_ids"], shape["draft_probs"], shape["target_probs"])
             q = shape["q"]
             tokens = shape["target_probs"].shape[0]
-            block, lanes = kernel._lanes_per_program(tokens, vocab)
-            slices = kernel._slices(vocab, lanes)
             parts = {
                 "upstream sample_recovered_tokens": lambda: upstream(*given, metadata, device),
                 "patched sample_recovered_tokens": lambda: patched(*given, metadata, device),
@@ -64,14 +60,9 @@ def main(argv=None) -> int:
                                                                     device=device),
                 "  check_inputs": lambda: check_inputs(*given, q),
                 "  draw_noise": lambda: draw_noise(q, shape["num_draft_tokens"], {}),
-                "  launch: layout arithmetic": lambda: (kernel._lanes_per_program(tokens, vocab),
-                                                        kernel._slices(vocab, lanes),
-                                                        draft_pointer(shape["draft_probs"], shape["target_probs"]),
-                                                        interpreted_bound(shape["target_probs"], lanes),
-                                                        triton.next_power_of_2(slices)),
-                "  launch: scratch (out, best, best id, counters)": lambda: (
-                    torch.empty_like(shape["draft_token_ids"]), fast._slice_scratch(device, tokens, slices),
-                    fast._arrival_counters(device, tokens)),
+                "  launch: out and the shape's plan": lambda: (
+                    torch.empty_like(shape["draft_token_ids"]),
+                    kernel.plan(batch, drafts, tokens, vocab, shape["draft_probs"] is None, shape["target_probs"])),
                 "  launch (all of it)": lambda: kernel.launch(*given, q),
             }
             if device.type == "cuda":
@@ -95,7 +86,8 @@ def main(argv=None) -> int:
 
 def launch_arguments(kernel, given, q, fast):
     """The grid, arguments and options `kernel.launch` hands the split kernel for these inputs,
-    caught on their way (`fast.slice_kernel` wrapped for one call)."""
+    caught on their way (`fast.slice_kernel` wrapped while a new instance of its kind makes the
+    shape's plan, so that `kernel`'s own plans hold the kernel itself)."""
     caught = {}
     real = fast.slice_kernel
 
@@ -111,7 +103,7 @@ def launch_arguments(kernel, given, q, fast):
 
     fast.slice_kernel = lambda kind: Catch(real(kind))
     try:
-        kernel.launch(*given, q)
+        type(kernel)(kernel.device).launch(*given, q)
     finally:
         fast.slice_kernel = real
     return caught
