@@ -12,6 +12,8 @@ which is every process on a machine without a GPU), CUDA cases compiled (a proce
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -76,19 +78,24 @@ def test_candidate_compiles_under_a_compile_hook(case, candidate, device, case_l
 
 
 @pytest.mark.check("equivalence")
-@settings(max_examples=max(10, settings.default.max_examples // 5))  # five launches an example
+@settings(max_examples=max(10, settings.default.max_examples // 7))  # seven launches an example
 @replayed
 @given(case=recovery_cases())
 def test_one_candidate_serves_each_launch_shape_in_turn(case, candidate, device, case_log):
     """The patch keeps one candidate per device for every call, and the candidate keeps a launch
-    plan per shape (grid, slicing, scratch, compile options): the case, then each of its siblings
-    one shape component away, all through one candidate, get their own reference's ids (a
-    sibling whose component the plan's key left out would be launched with the case's plan)."""
+    plan per shape (grid, slicing, scratch, compile options) and, on CUDA, the kernel compiled for
+    each kind of tensors, launched again without Triton's binding. Through one candidate: the case;
+    each of its siblings, one component of the plan's key away (a sibling the key did not tell
+    apart would be launched with the case's plan); the case's shape again with other data (a
+    relaunch); and again with the draft ids in the other integer type (a kernel of its own). Each
+    gets its own reference's ids."""
     name, factory, version = candidate
     case_log.record(case)
     kernel = factory(device, case.candidate_tiles())
     reference = HOTPATH.reference(version)
-    for turn in (case, *case.siblings()):
+    again = replace(case, seed=case.seed + 1)
+    other_ids = replace(again, ids_dtype="int64" if case.ids_dtype == "int32" else "int32")
+    for turn in (case, *case.siblings(), again, other_ids):
         expected = recovered(reference(device, turn.reference_tiles()), turn, device)
         compare_ids(recovered(kernel, turn, device), expected, f"{name} (one instance) vs reference {version}")
 

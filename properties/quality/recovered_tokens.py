@@ -8,13 +8,15 @@ differs from the 0.16 reference only where Triton's division is approximate: on 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import torch
 import triton
 import triton.language as tl
 
 from vllm_hotpaths.recovered_tokens import check_inputs
-from vllm_hotpaths.recovered_tokens.fast import (SplitVocabDivision, SplitVocabReciprocal, _arrival_counters,
-                                                 slice_kernel)
+from vllm_hotpaths.recovered_tokens.fast import (TENSOR_ARGS, LaunchPlan, SplitVocabDivision, SplitVocabReciprocal,
+                                                 _arrival_counters, slice_kernel)
 from vllm_hotpaths.recovered_tokens.reference import (ReciprocalReference, _contestants, _residual, _span,
                                                       draft_pointer, interpreted_bound)
 
@@ -261,6 +263,22 @@ class PlanWithoutDraftProbs(SplitVocabReciprocal):
         return super().plan(requests, max_spec_len, num_tokens, vocab, first, target_probs)
 
 
+class RelaunchKeyedByAlignment(SplitVocabReciprocal):
+    """Relaunches a shape's compiled kernel for any tensors of the same alignment, whatever their
+    dtypes: draft ids of the other integer type are read as the first call's type. CUDA only
+    (interpreted, every launch goes through Triton)."""
+
+    def plan(self, *args):
+        plan = super().plan(*args)
+        return _AlignmentOnly(**{f.name: getattr(plan, f.name) for f in fields(plan)})
+
+
+@dataclass(frozen=True)
+class _AlignmentOnly(LaunchPlan):
+    def kind(self, args):
+        return tuple(a.data_ptr() % 16 == 0 for a in args[:TENSOR_ARGS])
+
+
 # name -> (reference version it claims, the law that must catch it (properties/test_<law>.py) or the
 # hot path's own property,
 # devices it shows on)
@@ -282,6 +300,7 @@ MUTANTS = {
     "RescaledScore": ("0.17.0", "equivalence", "cpu cuda"),
     "ApproximateReciprocal": ("0.17.0", "equivalence", "cuda"),
     "PlanWithoutDraftProbs": ("0.17.0", "test_one_candidate_serves_each_launch_shape_in_turn", "cpu cuda"),
+    "RelaunchKeyedByAlignment": ("0.17.0", "test_one_candidate_serves_each_launch_shape_in_turn", "cuda"),
 }
 # Caught by `ci`'s derandomized draw before the 0.17.0 reference took its key, and no longer by the
 # draw that key seeds (the law's draws are keyed by the candidate's label): the `quality` profile's

@@ -19,13 +19,14 @@ with the same Triton division as the reference; `SplitVocabReciprocal` scores
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import triton
 import triton.language as tl
 
 from vllm_hotpaths.recovered_tokens import Tiles, check_inputs
+from vllm_hotpaths.triton_launch import CHECKED_TRITON
 from vllm_hotpaths.recovered_tokens.reference import (_contestants, _residual, _span, draft_pointer,
                                                       interpreted_bound)
 
@@ -172,15 +173,19 @@ def _sm_count(device: torch.device) -> int:
 # Shapes whose launch plans an instance keeps (a decode step's shape changes with its batch and
 # drafts; past this many, they are worked out again).
 MAX_PLANS = 1024
+TENSOR_ARGS = 9  # the split kernel's first parameters, its tensors
+# Whether a plan launches its compiled kernel again itself (`LaunchPlan.launch`): only under the
+# Triton whose `CompiledKernel.run` convention `triton_launch` was checked with.
+RELAUNCH = triton.__version__.startswith(CHECKED_TRITON)
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """A launch's grid, slicing, scratch and compile options at one shape, kept by the instance
-    (`SplitVocabDivision.plan`): on the H200 machine's host the layout arithmetic took 10-15 us a
-    call and the scratch 22-33 us with `out` (docs/recovered_tokens.md), against one dictionary
-    lookup here. Its scratch views stay valid: the buffers behind them are replaced when they
-    grow, never resized in place, and each call's last programs zero the counters it used."""
+    """A launch's grid, slicing, scratch and compile options at one shape and stream, kept by the
+    instance (`SplitVocabDivision.plan`): on the H200 machine's host the layout arithmetic took
+    10-15 us a call and the scratch 22-33 us with `out` (docs/recovered_tokens.md), against one
+    dictionary lookup here. Its scratch views stay valid: the buffers behind them are replaced when
+    they grow, never resized in place, and each call's last programs zero the counters it used."""
 
     kernel: object
     grid: tuple[int, int, int]
@@ -190,6 +195,34 @@ class LaunchPlan:
     best_id: torch.Tensor
     arrived: torch.Tensor
     options: dict
+    stream: int  # the CUDA stream the plan is for (0 on the CPU)
+    constexprs: tuple  # the kernel's constexpr arguments in order (none interpreted)
+    compiled: dict = field(default_factory=dict)  # each tensor's (dtype, 16-byte aligned) -> compiled kernel
+
+    def kind(self, args) -> tuple:
+        """What Triton specializes these tensor arguments on: each one's dtype and 16-byte alignment."""
+        return tuple((a.dtype, a.data_ptr() % 16 == 0) for a in args[:TENSOR_ARGS])
+
+    def launch(self, *args) -> None:
+        """`kernel[grid](*args, **options)`, `args` the kernel's parameters before its constexprs.
+        Triton specializes a launch on each tensor's dtype and 16-byte alignment, on the integers
+        and on the constexprs; the plan fixes the integers (vocabulary, lanes, slices) and the
+        constexprs. So after the first launch of each kind of tensors, the kernel Triton compiled
+        for it is launched again here without Triton's per-call binding, as Triton's own launch
+        path launches it. Interpreted, or under another Triton than `CHECKED_TRITON`, every launch
+        goes through `kernel[grid]`."""
+        key = self.kind(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = self.kernel[self.grid](*args, **self.options)
+            if RELAUNCH and self.constexprs and hasattr(compiled, "packed_metadata"):
+                self.compiled[key] = compiled
+            return
+        every = (*args, *self.constexprs)
+        runtime = triton.knobs.runtime
+        compiled.run(*self.grid, self.stream, compiled.function, compiled.packed_metadata,
+                     compiled.launch_metadata(self.grid, self.stream, *every), runtime.launch_enter_hook,
+                     runtime.launch_exit_hook, *every)
 
 
 class SplitVocabDivision:
@@ -229,9 +262,8 @@ class SplitVocabDivision:
         if num_tokens == 0:
             return out
         plan = self.plan(len(num_draft_tokens), max_spec_len, num_tokens, vocab, draft_probs is None, target_probs)
-        plan.kernel[plan.grid](out, plan.best, plan.best_id, plan.arrived, cu_num_draft_tokens, draft_token_ids,
-                               draft_pointer(draft_probs, target_probs), target_probs, q, vocab, plan.lanes,
-                               plan.slices, **plan.options)
+        plan.launch(out, plan.best, plan.best_id, plan.arrived, cu_num_draft_tokens, draft_token_ids,
+                    draft_pointer(draft_probs, target_probs), target_probs, q, vocab, plan.lanes, plan.slices)
         return out
 
     def plan(self, requests: int, max_spec_len: int, num_tokens: int, vocab: int, no_draft_probs: bool,
@@ -251,8 +283,11 @@ class SplitVocabDivision:
             options = dict(BLOCK=block, SLICES=triton.next_power_of_2(slices), NO_DRAFT_PROBS=no_draft_probs,
                            WIDE=max(num_tokens * max(vocab, slices), requests * vocab) >= 2 ** 31,
                            INTERPRETED_LANES=interpreted_bound(target_probs, lanes), num_warps=NUM_WARPS)
-            plan = self._plans[key] = LaunchPlan(slice_kernel(type(self)), (requests, max_spec_len, slices), lanes,
-                                                 slices, best, best_id, _arrival_counters(device, num_tokens), options)
+            kernel = slice_kernel(type(self))
+            constexprs = tuple(options[p.name] for p in getattr(kernel, "params", ()) if p.is_constexpr)
+            plan = self._plans[key] = LaunchPlan(kernel, (requests, max_spec_len, slices), lanes, slices, best,
+                                                 best_id, _arrival_counters(device, num_tokens), options, stream,
+                                                 constexprs)
         return plan
 
     @staticmethod
