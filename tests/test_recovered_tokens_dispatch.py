@@ -136,7 +136,7 @@ def test_on_a_gpu_model_measured_faster_nowhere_the_first_call_puts_upstream_bac
     from vllm_hotpaths.recovered_tokens import patch
 
     upstream = rejection_sampler.sample_recovered_tokens
-    patch.install(choose=lambda device: dispatch.Never("test GPU"))
+    patch.install(choose=lambda device: dispatch.never("test GPU"))
     try:
         patched = rejection_sampler.sample_recovered_tokens
         assert patched is not upstream
@@ -185,3 +185,18 @@ def test_the_grid_is_measured_on_cuda_only(tmp_path, capsys):
 
     assert recovered_dispatch.main(["--out", str(tmp_path / "d.json")]) == 1
     assert "CUDA only" in capsys.readouterr().out and not (tmp_path / "d.json").exists()
+
+
+def test_an_unreadable_dispatch_file_keeps_upstream_and_never_stops_vllm(tmp_path, monkeypatch):
+    from vllm_hotpaths.recovered_tokens import patch
+
+    path = tmp_path / "dispatch.json"
+    path.write_text("not json")
+    monkeypatch.setattr(dispatch, "DISPATCH_FILE", path)
+    assert "not a recovered-tokens dispatch file" in patch.not_needed("0.22.0")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "some GPU")
+    warned = []
+    monkeypatch.setattr(patch.logger, "warning", lambda message, *args: warned.append(message % args))
+    chosen = patch.device_dispatch(torch.device("cuda"))
+    assert not chosen.wins_anywhere() and chosen.gpu == "some GPU"
+    assert len(warned) == 1 and "recovered_tokens keeps upstream's call" in warned[0]

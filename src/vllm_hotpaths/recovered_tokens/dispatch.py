@@ -76,29 +76,27 @@ class GpuDispatch:
         return decided
 
 
-class Always:
-    """Every shape takes the fast path (the properties and the benchmarks, which compare it)."""
+@dataclass(frozen=True)
+class Fixed:
+    """The same answer at every shape: `always()` (the properties and the benchmarks, which compare
+    the fast path) or `never(gpu)` (a GPU model, or a CPU, that no measurement names)."""
 
-    gpu = "any"
-
-    def wins_anywhere(self) -> bool:
-        return True
-
-    def takes_fast(self, requests: int, drafts: int, vocab: int, draft_probs: bool) -> bool:
-        return True
-
-
-class Never(Always):
-    """No shape does (a GPU model, or a CPU, that no measurement names)."""
-
-    def __init__(self, gpu: str) -> None:
-        self.gpu = gpu
+    gpu: str
+    fast: bool
 
     def wins_anywhere(self) -> bool:
-        return False
+        return self.fast
 
     def takes_fast(self, requests: int, drafts: int, vocab: int, draft_probs: bool) -> bool:
-        return False
+        return self.fast
+
+
+def always() -> Fixed:
+    return Fixed("any", True)
+
+
+def never(gpu: str) -> Fixed:
+    return Fixed(gpu, False)
 
 
 def load(path: Path | None = None) -> dict[str, GpuDispatch]:
@@ -120,8 +118,8 @@ def _point(row: list) -> Point:
     return Point(int(row[0]), int(row[1]), int(row[2]), bool(row[3]), float(row[4]), float(row[5]))
 
 
-def for_gpu(gpu: str, path: Path | None = None) -> GpuDispatch | Never:
-    return load(path).get(gpu) or Never(gpu)
+def for_gpu(gpu: str, path: Path | None = None) -> GpuDispatch | Fixed:
+    return load(path).get(gpu) or never(gpu)
 
 
 def wins_on_some_gpu(path: Path | None = None) -> bool:

@@ -215,7 +215,7 @@ class LaunchPlan:
         compiled = self.compiled.get(key)
         if compiled is None:
             compiled = self.kernel[self.grid](*args, **self.options)
-            if RELAUNCH and self.constexprs and hasattr(compiled, "packed_metadata"):
+            if RELAUNCH and self.constexprs and hasattr(compiled, "run") and hasattr(compiled, "packed_metadata"):
                 self.compiled[key] = compiled
             return
         every = (*args, *self.constexprs)

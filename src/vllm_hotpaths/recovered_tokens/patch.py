@@ -27,8 +27,11 @@ logger = logging.getLogger("vllm.vllm_hotpaths")
 def not_needed(version: str) -> str | None:
     """Why the plugin leaves this hot path to upstream, or None (some GPU model has a shape where
     the patched call was measured faster)."""
-    if dispatch.wins_on_some_gpu():
-        return None
+    try:
+        if dispatch.wins_on_some_gpu():
+            return None
+    except dispatch.DispatchFileError as error:
+        return str(error)
     return (f"no GPU model has a shape where the split kernel's whole call was measured faster than upstream's "
             f"({dispatch.DISPATCH_FILE.name}; docs/recovered_tokens.md#dispatch-by-shape)")
 
@@ -43,10 +46,16 @@ def draw_noise(q: torch.Tensor, num_draft_tokens, generators) -> torch.Tensor:
 
 
 def device_dispatch(device: torch.device):
-    """The dispatch of `device`'s GPU model (the shipped measurements); a CPU takes upstream's call."""
+    """The dispatch of `device`'s GPU model (the shipped measurements); a CPU, or a dispatch file
+    that cannot be read (logged), takes upstream's call."""
     if device.type != "cuda":
-        return dispatch.Never("cpu")
-    return dispatch.for_gpu(torch.cuda.get_device_name(device))
+        return dispatch.never("cpu")
+    gpu = torch.cuda.get_device_name(device)
+    try:
+        return dispatch.for_gpu(gpu)
+    except dispatch.DispatchFileError as error:
+        logger.warning("vllm-hotpaths: recovered_tokens keeps upstream's call: %s", error)
+        return dispatch.never(gpu)
 
 
 def install(version: str | None = None, choose=None) -> list[str]:

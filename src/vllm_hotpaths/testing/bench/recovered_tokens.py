@@ -139,7 +139,7 @@ def upstream_and_patched(module, version: str):
     was_installed = bool(patch.UPSTREAM)
     if was_installed:
         patch.uninstall()
-    patch.install(version, choose=lambda device: dispatch.Always())
+    patch.install(version, choose=lambda device: dispatch.always())
     pair = patch.UPSTREAM["sample_recovered_tokens"], module.sample_recovered_tokens
     patch.uninstall()
     if was_installed:

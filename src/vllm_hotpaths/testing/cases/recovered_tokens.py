@@ -588,7 +588,7 @@ class RecoveredTokensChecks(Checks):
         from vllm_hotpaths import vllm_env
         from vllm_hotpaths.recovered_tokens import dispatch, patch
 
-        patch.install(choose=lambda device: dispatch.Always())  # the fast path at every shape
+        patch.install(choose=lambda device: dispatch.always())  # the fast path at every shape
         try:
             module = vllm_env.import_vllm(patch.REJECTION_SAMPLER)
             upstream, upstream_streams = upstream_call(patch.UPSTREAM["sample_recovered_tokens"], case, device)
