@@ -30,7 +30,8 @@ def test_a_shape_inside_the_grid_takes_the_fast_path_only_where_every_point_arou
     assert lost.wins_anywhere()
 
 
-@pytest.mark.parametrize("shape", [(2, 2, 1500), (32, 2, 1500), (8, 8, 1500), (8, 2, 999), (8, 2, 2001)])
+@pytest.mark.parametrize("shape", [(2, 2, 1500), (32, 2, 1500), (8, 8, 1500), (8, 2, 999), (8, 2, 2001)],
+                         ids=["fewer requests", "more requests", "more drafts", "smaller vocabulary", "larger vocabulary"])
 def test_a_shape_outside_the_grid_keeps_upstreams_call(shape):
     assert not grid().takes_fast(*shape, False)
 
@@ -50,7 +51,8 @@ def test_the_shipped_file_reads_and_a_gpu_it_does_not_name_takes_upstreams_call(
 
 
 @pytest.mark.parametrize("text", ["not json", "{}", '{"gpus": {"G": {}}}', '{"gpus": {"G": {"points": [[1, 2, 3]]}}}',
-                                  '{"gpus": {"G": {"points": [[1, 2, "V", false, 1e-6, 1e-6]]}}}'])
+                                  '{"gpus": {"G": {"points": [[1, 2, "V", false, 1e-6, 1e-6]]}}}'],
+                         ids=["not json", "no gpus", "no points", "a short point", "a vocabulary in letters"])
 def test_a_malformed_dispatch_file_is_refused_naming_it(tmp_path, text):
     path = tmp_path / "dispatch.json"
     path.write_text(text)
@@ -169,7 +171,8 @@ def test_the_grid_measurement_writes_a_file_the_dispatch_reads(rejection_sampler
 
 @pytest.mark.parametrize("extra, message", [(["--drafts", "0"], "--drafts values must be at least 1"),
                                             (["--rounds", "0"], "--rounds and --calls must be at least 1"),
-                                            (["--merge", "MISSING"], "not a recovered-tokens dispatch file")])
+                                            (["--merge", "MISSING"], "not a recovered-tokens dispatch file")],
+                         ids=["no drafts", "no rounds", "a missing merge file"])
 def test_the_grid_commands_bad_values_are_refused(tmp_path, capsys, extra, message):
     from vllm_hotpaths.testing.bench import recovered_dispatch
 

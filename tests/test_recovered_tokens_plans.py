@@ -63,7 +63,8 @@ def test_a_plan_relaunches_only_for_tensors_of_a_kind_triton_compiled(monkeypatc
     assert p.kernel.calls[4][1][-len(CONSTEXPRS) - 12:] == (*wider, *CONSTEXPRS)
 
 
-@pytest.mark.parametrize("relaunch, constexprs", [(False, CONSTEXPRS), (True, ())])
+@pytest.mark.parametrize("relaunch, constexprs", [(False, CONSTEXPRS), (True, ())],
+                         ids=["another Triton", "interpreted"])
 def test_without_a_checked_triton_or_a_compiled_kernel_every_launch_is_tritons(monkeypatch, relaunch, constexprs):
     monkeypatch.setattr(fast, "RELAUNCH", relaunch)
     p = plan(constexprs)
