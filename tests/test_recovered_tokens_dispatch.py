@@ -203,3 +203,21 @@ def test_an_unreadable_dispatch_file_keeps_upstream_and_never_stops_vllm(tmp_pat
     chosen = patch.device_dispatch(torch.device("cuda"))
     assert not chosen.wins_anywhere() and chosen.gpu == "some GPU"
     assert len(warned) == 1 and "recovered_tokens keeps upstream's call" in warned[0]
+
+
+def test_the_variable_names_another_grid_or_takes_the_split_kernel_everywhere(tmp_path, monkeypatch):
+    from vllm_hotpaths.recovered_tokens import patch
+
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps({"gpus": {"My GPU": {"points": [[16, 3, 1000, False, UP, FAST]]}}}))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "My GPU")
+    assert "measured faster" in patch.not_needed("0.22.0")  # the shipped file: no GPU model
+    assert not patch.device_dispatch(torch.device("cuda")).wins_anywhere()
+    monkeypatch.setenv(dispatch.SETTING, str(own))
+    assert patch.not_needed("0.22.0") is None
+    assert patch.device_dispatch(torch.device("cuda")).takes_fast(16, 3, 1000, False)
+    monkeypatch.setenv(dispatch.SETTING, " always ")
+    assert patch.not_needed("0.22.0") is None
+    assert patch.device_dispatch(torch.device("cuda")).takes_fast(1, 1, 7, True)
+    monkeypatch.setenv(dispatch.SETTING, str(tmp_path / "missing.json"))
+    assert "missing.json: not a recovered-tokens dispatch file" in patch.not_needed("0.22.0")

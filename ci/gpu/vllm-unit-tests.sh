@@ -94,11 +94,14 @@ PY
     rm -rf "${out:?}/$run" "$out/$run.log" && mkdir -p "$out/$run"
     # Every run loads the plugin module, so vLLM gets the same environment (adjusted on a CPU-only
     # machine); the upstream run has VLLM_HOTPATHS=off.
-    local selected=${VLLM_HOTPATHS:-all} validated=${VLLM_HOTPATHS_VALIDATED:-}
+    # With every patch, recovered_tokens takes its split kernel at every shape, not only where the
+    # shipped dispatch measured it faster.
+    local selected=${VLLM_HOTPATHS:-all} validated=${VLLM_HOTPATHS_VALIDATED:-} dispatch=${VLLM_HOTPATHS_RECOVERED_DISPATCH:-}
     [ "$run" = upstream ] && selected=off
-    [ "$run" = every-patch ] && validated="$tree/every-patch.json"
+    [ "$run" = every-patch ] && validated="$tree/every-patch.json" && dispatch=always
     for file in "${tests[@]}"; do
       (cd "$tree" && env VLLM_HOTPATHS="$selected" ${validated:+VLLM_HOTPATHS_VALIDATED="$validated"} \
+        ${dispatch:+VLLM_HOTPATHS_RECOVERED_DISPATCH="$dispatch"} \
         "$PYTHON" -m pytest -p no:cacheprovider -rs -p vllm_hotpaths.testing.with_plugin \
         "$file" --junit-xml="$out/$run/$(basename "$file" .py).xml") > "$out/$run/$(basename "$file" .py).log" 2>&1 &
     done
