@@ -121,7 +121,7 @@ def test_every_validated_hot_path_is_installed_into_vllm(run_cli, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     for name in PATCHED:
         hotpath = registry.get(name)
-        needed = hotpath.patch_needed(version) is None
+        needed = hotpath.patch_needed(version) is None and hotpath.held_back() is None
         assert f"{name} {'PATCHED' if needed else 'UPSTREAM'}" in result.stdout, result.stdout
     assert "holder FastHolder" in result.stdout, result.stdout
     assert "output list TrackedTokenList" in result.stdout, result.stdout
@@ -132,13 +132,14 @@ def test_a_hot_path_measured_faster_nowhere_is_not_installed_though_validated(ru
     model where its call was measured faster than upstream's: upstream is kept and one line says
     why."""
     version = vllm_env.installed_version()
-    reason = registry.get("recovered_tokens").patch_needed(version)
+    reason = registry.get("recovered_tokens").held_back()
     assert reason and "measured faster" in reason and "#dispatch-by-shape" in reason
+    assert registry.get("recovered_tokens").patch_needed(version) is None  # the patch law still runs it
     result = load(run_cli, tmp_path, {"recovered_tokens": {version: CPU_RECORD}}, VLLM_HOTPATHS="recovered_tokens")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "recovered_tokens UPSTREAM" in result.stdout, result.stdout
-    lines = [line for line in result.stdout.splitlines() if "recovered_tokens left to upstream" in line]
-    assert len(lines) == 1 and lines[0].endswith(reason), result.stdout
+    lines = [line for line in result.stdout.splitlines() if "recovered_tokens held back" in line]
+    assert len(lines) == 1 and lines[0].endswith(f"upstream kept: {reason}"), result.stdout
 
 
 def test_the_holder_alone_also_tracks_the_output_lists(run_cli, tmp_path):
@@ -294,6 +295,6 @@ def test_the_plugin_installs_on_a_validated_intermediate_release(pytestconfig):
     assert result.returncode == 0, result.stderr[-3000:]
     for name in PATCHED:
         hotpath = registry.get(name)
-        installs = name in recorded and hotpath.patch_needed(INTERMEDIATE) is None
+        installs = name in recorded and hotpath.patch_needed(INTERMEDIATE) is None and hotpath.held_back() is None
         assert f"{name} {'PATCHED' if installs else 'UPSTREAM'}" in result.stdout, result.stdout
     assert f"penalties installed for vLLM {INTERMEDIATE}" in result.stdout, result.stdout

@@ -60,15 +60,15 @@ def test_a_malformed_dispatch_file_is_refused_naming_it(tmp_path, text):
         dispatch.load(path)
 
 
-def test_the_patch_is_needed_only_where_some_gpu_model_won_a_shape(tmp_path, monkeypatch):
+def test_the_patch_is_held_back_unless_some_gpu_model_won_a_shape(tmp_path, monkeypatch):
     from vllm_hotpaths.recovered_tokens import patch
 
     path = tmp_path / "dispatch.json"
     monkeypatch.setattr(dispatch, "DISPATCH_FILE", path)
     path.write_text(json.dumps({"gpus": {"G": {"points": [[16, 3, 1000, False, UP, UP]]}}}))
-    assert "measured faster" in patch.not_needed("0.22.0")
+    assert "measured faster" in patch.held_back()
     path.write_text(json.dumps({"gpus": {"G": {"points": [[16, 3, 1000, False, UP, FAST]]}}}))
-    assert patch.not_needed("0.22.0") is None
+    assert patch.held_back() is None
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ def test_an_unreadable_dispatch_file_keeps_upstream_and_never_stops_vllm(tmp_pat
     path = tmp_path / "dispatch.json"
     path.write_text("not json")
     monkeypatch.setattr(dispatch, "DISPATCH_FILE", path)
-    assert "not a recovered-tokens dispatch file" in patch.not_needed("0.22.0")
+    assert "not a recovered-tokens dispatch file" in patch.held_back()
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "some GPU")
     warned = []
     monkeypatch.setattr(patch.logger, "warning", lambda message, *args: warned.append(message % args))
@@ -211,13 +211,13 @@ def test_the_variable_names_another_grid_or_takes_the_split_kernel_everywhere(tm
     own = tmp_path / "own.json"
     own.write_text(json.dumps({"gpus": {"My GPU": {"points": [[16, 3, 1000, False, UP, FAST]]}}}))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "My GPU")
-    assert "measured faster" in patch.not_needed("0.22.0")  # the shipped file: no GPU model
+    assert "measured faster" in patch.held_back()  # the shipped file: no GPU model
     assert not patch.device_dispatch(torch.device("cuda")).wins_anywhere()
     monkeypatch.setenv(dispatch.SETTING, str(own))
-    assert patch.not_needed("0.22.0") is None
+    assert patch.held_back() is None
     assert patch.device_dispatch(torch.device("cuda")).takes_fast(16, 3, 1000, False)
     monkeypatch.setenv(dispatch.SETTING, " always ")
-    assert patch.not_needed("0.22.0") is None
+    assert patch.held_back() is None
     assert patch.device_dispatch(torch.device("cuda")).takes_fast(1, 1, 7, True)
     monkeypatch.setenv(dispatch.SETTING, str(tmp_path / "missing.json"))
-    assert "missing.json: not a recovered-tokens dispatch file" in patch.not_needed("0.22.0")
+    assert "missing.json: not a recovered-tokens dispatch file" in patch.held_back()

@@ -9,7 +9,8 @@ GPU machine writes them). VLLM_HOTPATHS selects: unset or "all" (every hot path 
 patch), "off" (none, logged once), or names separated by commas (unknown ones are logged and
 left out). VLLM_HOTPATHS_VALIDATED names another validated file. Loading twice
 installs nothing twice. A patch whose module says it is not needed on this vLLM (`not_needed`:
-upstream already does it, or nowhere was it measured faster) is not installed; one line says why.
+upstream already does the work) or holds it back (`held_back`: measured faster nowhere) is not
+installed; one line says why.
 Each patch falls back to upstream, at run time, for rows it cannot vouch
 for (its module says which).
 
@@ -95,6 +96,11 @@ def register() -> dict[str, list[str]]:
     device = engine_device()
     for name in names:
         if name in _installed:
+            continue
+        held_back = registry.get(name).held_back()
+        if held_back is not None:
+            logger.info("vllm-hotpaths: %s held back on vLLM %s, upstream kept: %s", name, version, held_back)
+            _installed[name] = []
             continue
         entry = validated.get(name, {}).get(version)
         devices = entry.get("devices", ()) if entry else ()

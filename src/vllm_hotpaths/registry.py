@@ -75,6 +75,14 @@ class HotPath:
         module = importlib.import_module(self.patch.partition(":")[0])
         return module.not_needed(vllm_version) if hasattr(module, "not_needed") else None
 
+    def held_back(self) -> str | None:
+        """Why the plugin installs nothing for a patch that applies, or None (its module's
+        `held_back()`: measured faster nowhere). The checks still run the patch."""
+        if not self.patch:
+            return None
+        module = importlib.import_module(self.patch.partition(":")[0])
+        return module.held_back() if hasattr(module, "held_back") else None
+
     def reference_version_for(self, vllm_version: str | None) -> str:
         """The newest frozen reference not newer than `vllm_version` (the newest if None)."""
         versions = sorted(self.references, key=version_key)

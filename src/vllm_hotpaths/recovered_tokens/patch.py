@@ -24,9 +24,9 @@ UPSTREAM: dict[str, object] = {}  # the replaced function, for the properties' u
 logger = logging.getLogger("vllm.vllm_hotpaths")
 
 
-def not_needed(version: str) -> str | None:
-    """Why the plugin leaves this hot path to upstream, or None (some GPU model has a shape where
-    the patched call was measured faster)."""
+def held_back() -> str | None:
+    """Why the plugin installs nothing for this hot path, or None (some GPU model has a shape where
+    the patched call was measured faster). The patch law still checks the patch, at every shape."""
     try:
         if dispatch.wins_on_some_gpu():
             return None
