@@ -8,9 +8,9 @@ then the wall time until the call returns, before its kernels finish (what the e
 thread spends on it). Each side and part is timed in turn, REPEATS times; medians in
 microseconds, one JSON line per shape. The parts are those the plugin's function runs in order:
 its noise tensor, the input checks, the noise draw, the output tensor with the shape's launch
-plan (grid, slicing, scratch: kept per shape), the launch; on CUDA also the compiled kernel
-launched again without Triton's argument binding (`CompiledKernel.run` on the same arguments, as
-`triton_launch.Relauncher` launches), what a launch that skipped the binding would cost.
+plan (grid, slicing, scratch: kept per shape), the launch; then the plan's launch alone, which
+under Triton 3.6 on CUDA relaunches the compiled kernel without Triton's argument binding
+(`fast.LaunchPlan.launch`).
 
     python3 ci/gpu/recovered-host-cost.py [--repeats 200] [--device cuda] [--shape B K V]
 """
@@ -33,8 +33,9 @@ def main(argv=None) -> int:
     import torch
 
     from vllm_hotpaths import registry, vllm_env
-    from vllm_hotpaths.recovered_tokens import check_inputs, fast
+    from vllm_hotpaths.recovered_tokens import check_inputs
     from vllm_hotpaths.recovered_tokens.patch import draw_noise
+    from vllm_hotpaths.recovered_tokens.reference import draft_pointer
     from vllm_hotpaths.testing.bench import recovered_tokens as bench
 
     device = torch.device(args.device)
@@ -65,8 +66,12 @@ def main(argv=None) -> int:
                     kernel.plan(batch, drafts, tokens, vocab, shape["draft_probs"] is None, shape["target_probs"])),
                 "  launch (all of it)": lambda: kernel.launch(*given, q),
             }
-            if device.type == "cuda":
-                parts["  launch: compiled kernel alone (no binding)"] = unbound_launch(kernel, given, q, fast)
+            plan = kernel.plan(batch, drafts, tokens, vocab, shape["draft_probs"] is None, shape["target_probs"])
+            launched = (torch.empty_like(shape["draft_token_ids"]), plan.best, plan.best_id, plan.arrived,
+                        shape["cu_num_draft_tokens"], shape["draft_token_ids"],
+                        draft_pointer(shape["draft_probs"], shape["target_probs"]), shape["target_probs"], q, vocab,
+                        plan.lanes, plan.slices)
+            parts["  launch: the plan's launch alone"] = lambda: plan.launch(*launched)
             for part in parts.values():  # warm-up: compilation, allocator
                 part()
             times = {name: [] for name in parts}
@@ -82,53 +87,6 @@ def main(argv=None) -> int:
                     "host_us": {name: round(statistics.median(t) * 1e6, 1) for name, t in times.items()}}
             print(json.dumps(line), flush=True)
     return 0
-
-
-def launch_arguments(kernel, given, q, fast):
-    """The grid, arguments and options `kernel.launch` hands the split kernel for these inputs,
-    caught on their way (`fast.slice_kernel` wrapped while a new instance of its kind makes the
-    shape's plan, so that `kernel`'s own plans hold the kernel itself)."""
-    caught = {}
-    real = fast.slice_kernel
-
-    class Catch:
-        def __init__(self, jitted):
-            self.jitted = jitted
-
-        def __getitem__(self, grid):
-            def launch(*args, **options):
-                caught.update(grid=grid, args=args, options=options, jitted=self.jitted)
-                return self.jitted[grid](*args, **options)
-            return launch
-
-    fast.slice_kernel = lambda kind: Catch(real(kind))
-    try:
-        type(kernel)(kernel.device).launch(*given, q)
-    finally:
-        fast.slice_kernel = real
-    return caught
-
-
-def unbound_launch(kernel, given, q, fast):
-    """The split kernel's launch for these inputs as `CompiledKernel.run`, the binding done once:
-    the kernel `kernel.launch` compiled, on the arguments it launched it with."""
-    import torch
-    import triton
-
-    caught = launch_arguments(kernel, given, q, fast)
-    grid, options, jitted = caught["grid"], dict(caught["options"]), caught["jitted"]
-    num_warps = options.pop("num_warps")
-    compiled = jitted[grid](*caught["args"], **options, num_warps=num_warps)
-    named = dict(zip(jitted.arg_names, caught["args"]), **options)
-    args = tuple(named[name] for name in jitted.arg_names)  # every parameter in order, constexprs too
-    knobs = triton.knobs.runtime
-
-    def launch():
-        stream = triton.runtime.driver.active.get_current_stream(torch.cuda.current_device())
-        compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
-                     compiled.launch_metadata(grid, stream, *args), knobs.launch_enter_hook, knobs.launch_exit_hook,
-                     *args)
-    return launch
 
 
 if __name__ == "__main__":
