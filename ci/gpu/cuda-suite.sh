@@ -148,6 +148,7 @@ if [[ " $PARTS " == *" quality "* ]]; then
   planted=(
     "recovered_tokens-IEEEDivision|properties/test_equivalence.py -k recovered_tokens\ and\ cuda --impl recovered_tokens@0.16.0=properties.quality.recovered_tokens:IEEEDivision"
     "recovered_tokens-ApproximateReciprocal|properties/test_equivalence.py -k recovered_tokens\ and\ cuda --impl recovered_tokens@0.17.0=properties.quality.recovered_tokens:ApproximateReciprocal"
+    "recovered_tokens-RelaunchKeyedByAlignment|properties/test_recovered_tokens.py -k test_one_candidate_serves_each_launch_shape_in_turn\ and\ cuda --impl recovered_tokens@0.17.0=properties.quality.recovered_tokens:RelaunchKeyedByAlignment"
     "penalties_mrv2-ExactDivision|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.16.0=properties.quality.penalties_mrv2:ExactDivision"
     "penalties_mrv2-UnfusedFrequency|properties/test_conformance.py -k penalties_mrv2\ and\ cuda --reference penalties_mrv2@0.16.0=properties.quality.penalties_mrv2:UnfusedFrequency"
     "sampler_mrv2-FusedIEEEDivision|properties/test_equivalence.py -k sampler_mrv2\ and\ cuda --impl sampler_mrv2@0.22.0=properties.quality.sampler_mrv2:FusedIEEEDivision"
