@@ -46,7 +46,7 @@
 #            (ci/gpu/recovered-host-cost.py, $OUT/recovered-host-cost.jsonl), then the dispatch grid
 #            (`python -m vllm_hotpaths.testing.bench.recovered_dispatch` with DISPATCH_ARGS) as
 #            $OUT/dispatch.json: the shipped recovered_tokens/dispatch.json with this GPU model's entry
-#   HOTPATHS only these hot paths, space-separated, in the gate and the benchmarks (default: all)
+#   HOTPATHS only these hot paths, space-separated, in the gate, the benchmarks and quality (default: all)
 #   COMMIT   the suite's commit, for the reports, where the tree's git metadata is not its own
 #   PACK     1: everything under $OUT packed into $OUT/out.tar.gz at the end (a run hands back a
 #            limited number of files: 15 releases' mrv2 reports and logs are more)
@@ -155,6 +155,7 @@ if [[ " $PARTS " == *" quality "* ]]; then
   )
   for entry in "${planted[@]}"; do
     name=${entry%%|*}
+    if [[ -n "${HOTPATHS:-}" && " $HOTPATHS " != *" ${name%%-*} "* ]]; then continue; fi
     eval "args=(${entry#*|})"
     VLLM_HOTPATHS_NO_REPLAY=1 python -m pytest "${args[@]}" -q -x -p no:cacheprovider --hypothesis-profile ci \
       --require-cuda --fixture-dir "$OUT/quality/$name" > "$OUT/quality-$name.log" 2>&1
