@@ -127,15 +127,19 @@ def test_every_validated_hot_path_is_installed_into_vllm(run_cli, tmp_path):
     assert "output list TrackedTokenList" in result.stdout, result.stdout
 
 
-def test_a_hot_path_measured_faster_nowhere_is_not_installed_though_validated(run_cli, tmp_path):
-    """recovered_tokens is validated, but the dispatch file it ships names no shape on any GPU
-    model where its call was measured faster than upstream's: upstream is kept and one line says
-    why."""
+def test_a_hot_path_measured_faster_nowhere_is_not_installed_though_validated(run_cli, tmp_path, monkeypatch):
+    """recovered_tokens is validated, but its dispatch file (here one that names no GPU model)
+    has no shape where its call was measured faster than upstream's: upstream is kept and one line
+    says why."""
     version = vllm_env.installed_version()
+    grid = tmp_path / "no-gpu.json"
+    grid.write_text('{"gpus": {}}')
+    monkeypatch.setenv("VLLM_HOTPATHS_RECOVERED_DISPATCH", str(grid))
     reason = registry.get("recovered_tokens").held_back()
     assert reason and "measured faster" in reason and "#dispatch-by-shape" in reason
     assert registry.get("recovered_tokens").patch_needed(version) is None  # the patch law still runs it
-    result = load(run_cli, tmp_path, {"recovered_tokens": {version: CPU_RECORD}}, VLLM_HOTPATHS="recovered_tokens")
+    result = load(run_cli, tmp_path, {"recovered_tokens": {version: CPU_RECORD}}, VLLM_HOTPATHS="recovered_tokens",
+                  VLLM_HOTPATHS_RECOVERED_DISPATCH=str(grid))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "recovered_tokens UPSTREAM" in result.stdout, result.stdout
     lines = [line for line in result.stdout.splitlines() if "recovered_tokens held back" in line]

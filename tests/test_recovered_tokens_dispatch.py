@@ -182,6 +182,34 @@ def test_the_grid_commands_bad_values_are_refused(tmp_path, capsys, extra, messa
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_the_grid_file_names_its_output_by_file_name_and_the_suites_commit(tmp_path, monkeypatch, capsys):
+    """Where the grid was written is a machine's path, not a fact about the grid; a copied tree
+    (the GPU machine's) is told its commit by VLLM_HOTPATHS_COMMIT, as the gate's reports are."""
+    from vllm_hotpaths.testing.bench import recovered_dispatch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "This GPU")
+    monkeypatch.setattr(recovered_dispatch, "measure", lambda *a: [[16, 3, 1000, False, UP, FAST]])
+    monkeypatch.setenv("VLLM_HOTPATHS_COMMIT", "abc1234")
+    out = tmp_path / "deep" / "folder"
+    out.mkdir(parents=True)
+    for given in (["--out", str(out / "grid.json")], [f"--out={out / 'grid.json'}"]):
+        assert recovered_dispatch.main([*given, "--rounds", "2"]) == 0
+        entry = json.loads((out / "grid.json").read_text())["gpus"]["This GPU"]
+        assert entry["commit"] == "abc1234" and str(tmp_path) not in entry["command"], entry
+        assert entry["command"].endswith(("--out grid.json --rounds 2", "--out=grid.json --rounds 2")), entry
+    assert "1 of 1 points won" in capsys.readouterr().out
+
+
+def test_the_shipped_grid_installs_the_patch_somewhere_and_names_what_measured_it():
+    from vllm_hotpaths.recovered_tokens import patch
+
+    assert patch.held_back() is None
+    for gpu, entry in json.loads(dispatch.DISPATCH_FILE.read_text())["gpus"].items():
+        assert entry["commit"] and entry["vllm"] and entry["torch"], gpu
+        assert entry["command"].startswith("python -m vllm_hotpaths.testing.bench.recovered_dispatch --out dispatch.json")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="measures on a GPU")
 def test_the_grid_is_measured_on_cuda_only(tmp_path, capsys):
     from vllm_hotpaths.testing.bench import recovered_dispatch
@@ -211,7 +239,10 @@ def test_the_variable_names_another_grid_or_takes_the_split_kernel_everywhere(tm
     own = tmp_path / "own.json"
     own.write_text(json.dumps({"gpus": {"My GPU": {"points": [[16, 3, 1000, False, UP, FAST]]}}}))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "My GPU")
-    assert "measured faster" in patch.held_back()  # the shipped file: no GPU model
+    none = tmp_path / "none.json"
+    none.write_text(json.dumps({"gpus": {}}))
+    monkeypatch.setattr(dispatch, "DISPATCH_FILE", none)
+    assert "measured faster" in patch.held_back()  # a file that names no GPU model
     assert not patch.device_dispatch(torch.device("cuda")).wins_anywhere()
     monkeypatch.setenv(dispatch.SETTING, str(own))
     assert patch.held_back() is None

@@ -45,11 +45,11 @@ def from_jsonable(case_type: Callable[..., T], data: dict) -> T:
     return case_type(**{key: _tuples(value) for key, value in data.items()})
 
 
-def _encode(record: dict, indent: str = "") -> str:
+def encode_lines(record: dict, indent: str = "") -> str:
     """JSON with one line per field and per list item; inner values stay on their line."""
     inner = indent + " "
     if isinstance(record, dict) and any(isinstance(v, (dict, list)) for v in record.values()):
-        fields = [f"{inner}{json.dumps(k)}: {_encode(v, inner)}" for k, v in record.items()]
+        fields = [f"{inner}{json.dumps(k)}: {encode_lines(v, inner)}" for k, v in record.items()]
         return "{\n" + ",\n".join(fields) + "\n" + indent + "}"
     if isinstance(record, list) and record and all(isinstance(v, list) for v in record):
         items = [inner + json.dumps(v) for v in record]
@@ -71,7 +71,7 @@ def save(directory: Path, hotpath: str, case: Any, source: str, link: str | None
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         record = {"hotpath": hotpath, "source": source, "link": link, **payload}
-        path.write_text(_encode(record) + "\n")
+        path.write_text(encode_lines(record) + "\n")
     return path
 
 

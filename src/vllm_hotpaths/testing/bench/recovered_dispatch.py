@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -108,11 +109,15 @@ def write(out: Path, gpu: str, points: list[list], command: str, merge: Path | N
         base["gpus"] = {}
     base["gpus"][gpu] = {"vllm": vllm_env.installed_version(), "commit": commit(), "torch": torch.__version__,
                          "command": command, "points": points}
-    out.write_text(fixtures._encode(base) + "\n")  # one line per point
+    out.write_text(fixtures.encode_lines(base) + "\n")  # one line per point
     return dispatch.load(out)[gpu]
 
 
 def commit() -> str | None:
+    """The suite's commit: VLLM_HOTPATHS_COMMIT where a copied tree's git metadata is not its own
+    (ci/gpu/cuda-suite.sh's COMMIT), else this checkout's."""
+    if os.environ.get("VLLM_HOTPATHS_COMMIT"):
+        return os.environ["VLLM_HOTPATHS_COMMIT"]
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           cwd=Path(__file__).parent)
     return (done.stdout.strip() or None) if done.returncode == 0 else None
@@ -149,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name()
     points = measure(sorted(set(args.requests)), sorted(set(args.drafts)), sorted(set(args.vocab)), args.rounds,
                      args.calls)
-    command = ["python", "-m", "vllm_hotpaths.testing.bench.recovered_dispatch",
-               *(argv if argv is not None else sys.argv[1:])]
+    given = list(argv if argv is not None else sys.argv[1:])
+    # the output named by its file name alone: where it was written says nothing about the grid
+    given = [args.out.name if arg == str(args.out) else arg.replace(f"={args.out}", f"={args.out.name}")
+             for arg in given]
+    command = ["python", "-m", "vllm_hotpaths.testing.bench.recovered_dispatch", *given]
     won = write(args.out, gpu, points, shlex.join(command), args.merge)
     print(f"{gpu}: {sum(won.won.values())} of {len(won.won)} points won by the patched call "
           f"(at least {dispatch.MARGIN}x); written to {args.out}")
