@@ -201,9 +201,10 @@ def test_the_grid_file_names_its_output_by_file_name_and_the_suites_commit(tmp_p
     assert "1 of 1 points won" in capsys.readouterr().out
 
 
-def test_the_shipped_grid_installs_the_patch_somewhere_and_names_what_measured_it():
+def test_the_shipped_grid_installs_the_patch_somewhere_and_names_what_measured_it(monkeypatch):
     from vllm_hotpaths.recovered_tokens import patch
 
+    monkeypatch.delenv(dispatch.SETTING, raising=False)
     assert patch.held_back() is None
     for gpu, entry in json.loads(dispatch.DISPATCH_FILE.read_text())["gpus"].items():
         assert entry["commit"] and entry["vllm"] and entry["torch"], gpu
