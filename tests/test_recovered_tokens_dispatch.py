@@ -248,8 +248,10 @@ def test_the_variable_names_another_grid_or_takes_the_split_kernel_everywhere(tm
     monkeypatch.setenv(dispatch.SETTING, str(own))
     assert patch.held_back() is None
     assert patch.device_dispatch(torch.device("cuda")).takes_fast(16, 3, 1000, False)
+    assert not patch.device_dispatch(torch.device("cpu")).wins_anywhere()  # a grid measures GPUs only
     monkeypatch.setenv(dispatch.SETTING, " always ")
     assert patch.held_back() is None
     assert patch.device_dispatch(torch.device("cuda")).takes_fast(1, 1, 7, True)
+    assert patch.device_dispatch(torch.device("cpu")).takes_fast(1, 1, 7, True)  # always means any device
     monkeypatch.setenv(dispatch.SETTING, str(tmp_path / "missing.json"))
     assert "missing.json: not a recovered-tokens dispatch file" in patch.held_back()

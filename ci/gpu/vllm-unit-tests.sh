@@ -11,6 +11,7 @@
 #                  -> $OUT (default vllm-unit-tests/): per run a log and a JUnit report per file
 #                  MRV2_ONLY=1: Model Runner V2's sampler tests alone (a release's Python files
 #                  over another's compiled ops, stage-vllm.sh overlay, run these but not the v1 files)
+#                  ONLY="test_rejection_sampler ...": these files alone (names without .py)
 #
 # The files: tests/v1/sample/test_sampler.py, test_rejection_sampler.py,
 # tests/v1/worker/test_gpu_input_batch.py, tests/v1/logits_processors/test_correctness.py,
@@ -77,6 +78,11 @@ run() {
   local tests=("${TESTS[@]}") f
   [ "${MRV2_ONLY:-0}" = 1 ] && tests=()  # only Model Runner V2's sampler tests (the sampler_mrv2 patch)
   for f in "${MRV2_TESTS[@]}"; do [ -f "$tree/$f" ] && tests+=("$f"); done
+  if [ -n "${ONLY:-}" ]; then  # these files alone, by name without .py
+    local kept=()
+    for f in "${tests[@]}"; do [[ " $ONLY " == *" $(basename "$f" .py) "* ]] && kept+=("$f"); done
+    tests=("${kept[@]}")
+  fi
   [ ${#tests[@]} -gt 0 ] || { echo "run: vLLM $version's tests hold none of the files to run" >&2; exit 2; }
   # "every patch": a validated file naming each hot path for this version on this device.
   "$PYTHON" - "$version" "$tree/every-patch.json" <<'PY'

@@ -47,9 +47,10 @@ def draw_noise(q: torch.Tensor, num_draft_tokens, generators) -> torch.Tensor:
 
 def device_dispatch(device: torch.device):
     """The dispatch of `device`'s GPU model (the shipped measurements); a CPU, or a dispatch file
-    that cannot be read (logged), takes upstream's call."""
+    that cannot be read (logged), takes upstream's call. VLLM_HOTPATHS_RECOVERED_DISPATCH=always
+    takes the split kernel on any device (on a CPU, interpreted: vLLM's own tests run it there)."""
     if device.type != "cuda":
-        return dispatch.never("cpu")
+        return dispatch.always() if dispatch.setting() == dispatch.ALWAYS else dispatch.never("cpu")
     gpu = torch.cuda.get_device_name(device)
     try:
         return dispatch.for_gpu(gpu)
