@@ -12,10 +12,14 @@ each bug, so the committed counterexamples are a second net, not the only one. N
 consulted (VLLM_HOTPATHS_REGRESSIONS names an empty folder): where a planted bug's shrunk case is
 committed, generation still writes it, instead of naming the committed file."""
 
+import importlib
 import json
+import pkgutil
+import re
 
 import pytest
 
+from properties import quality
 from properties.quality.runs import failure_types, planted_runs
 from tests.forked_pytest import run_pytest
 
@@ -78,3 +82,25 @@ def test_prime_rl_flaws_fail_on_their_fixtures(run_cli, tmp_path):
         candidate, _, fixture = key.partition("-")
         assert any(f"committed fixture {fixture}: " in line and f":{candidate} vs " in line for line in named), \
             f"{flaw}: not caught\n{result.stdout[-3000:]}"
+
+
+def test_the_gpu_script_plants_every_cuda_only_bug(pytestconfig):
+    """The planted bugs that show only on CUDA are not in `planted_runs()` (CI has no GPU), and
+    `ci/gpu/cuda-suite.sh`'s quality part names them by hand: its list holds exactly the
+    (hot path, planted bug) pairs whose quality module marks them "cuda" alone in a MUTANTS
+    table, each run with its own module's class."""
+    script = (pytestconfig.rootpath / "ci" / "gpu" / "cuda-suite.sh").read_text()
+    listed = set(re.findall(r'"(\w+)-(\w+)\|[^"]*=properties\.quality\.\1:\2"', script))
+    cuda_only = set()
+    for info in pkgutil.iter_modules(quality.__path__):
+        module = importlib.import_module(f"properties.quality.{info.name}")
+        for attr, table in vars(module).items():
+            if not (attr.endswith("MUTANTS") and isinstance(table, dict)):
+                continue
+            for name, value in table.items():
+                devices = value[-1] if isinstance(value, tuple) else value
+                if isinstance(devices, str) and devices.split() == ["cuda"]:
+                    cuda_only.add((info.name, name))
+    assert cuda_only, "no quality module marks a planted bug as CUDA-only"
+    assert listed == cuda_only, (f"missing from ci/gpu/cuda-suite.sh: {sorted(cuda_only - listed)}; "
+                                 f"listed but not CUDA-only: {sorted(listed - cuda_only)}")

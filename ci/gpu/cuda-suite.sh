@@ -144,7 +144,8 @@ if [[ " $PARTS " == *" bench "* ]]; then
   done
 fi
 if [[ " $PARTS " == *" quality "* ]]; then
-  # name|pytest options: each run must fail (exit 1) and write its fixture under $OUT/quality/name
+  # name|pytest options: each run must fail (exit 1) and write its fixture under $OUT/quality/name.
+  # The planted bugs properties/quality/*.py mark "cuda" alone, no others (tests/test_quality.py).
   planted=(
     "recovered_tokens-IEEEDivision|properties/test_equivalence.py -k recovered_tokens\ and\ cuda --impl recovered_tokens@0.16.0=properties.quality.recovered_tokens:IEEEDivision"
     "recovered_tokens-ApproximateReciprocal|properties/test_equivalence.py -k recovered_tokens\ and\ cuda --impl recovered_tokens@0.17.0=properties.quality.recovered_tokens:ApproximateReciprocal"
