@@ -455,6 +455,18 @@ def interrupted(signum, frame):
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
+def suite_commit(root: Path) -> str | None:
+    """The suite's commit: VLLM_HOTPATHS_COMMIT where a copy of the tree has no git history of its
+    own (a GPU machine is told it), else git's at `root` (`-dirty` when changed)."""
+    if os.environ.get("VLLM_HOTPATHS_COMMIT"):
+        return os.environ["VLLM_HOTPATHS_COMMIT"]
+    try:
+        return subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True).stdout.strip() or None
+    except OSError:  # no git here
+        return None
+
+
 def environment(options: GateOptions, version: str | None) -> dict:
     """What a report needs to be read later: when, on what code, with which versions."""
     import platform
@@ -467,15 +479,8 @@ def environment(options: GateOptions, version: str | None) -> dict:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    # a copy of the tree without its own git history (a GPU machine) is told its commit
-    commit = os.environ.get("VLLM_HOTPATHS_COMMIT")
-    try:
-        commit = commit or subprocess.run(["git", "-C", str(options.root), "describe", "--always", "--dirty"],
-                                          capture_output=True, text=True).stdout.strip() or None
-    except OSError:  # no git here
-        commit = None
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": commit, "python": platform.python_version(), "torch": torch.__version__,
+            "commit": suite_commit(options.root), "python": platform.python_version(), "torch": torch.__version__,
             "triton": triton_version, "hypothesis": hypothesis.__version__, "vllm": version,
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 

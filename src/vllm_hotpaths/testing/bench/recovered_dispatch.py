@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -102,25 +100,15 @@ def write(out: Path, gpu: str, points: list[list], command: str, merge: Path | N
 
     from vllm_hotpaths import vllm_env
     from vllm_hotpaths.recovered_tokens import dispatch
-    from vllm_hotpaths.testing import fixtures
+    from vllm_hotpaths.testing import fixtures, gate
 
     base = json.loads((merge or dispatch.DISPATCH_FILE).read_text())
     if not merge:
         base["gpus"] = {}
-    base["gpus"][gpu] = {"vllm": vllm_env.installed_version(), "commit": commit(), "torch": torch.__version__,
-                         "command": command, "points": points}
+    base["gpus"][gpu] = {"vllm": vllm_env.installed_version(), "commit": gate.suite_commit(Path(__file__).parent),
+                         "torch": torch.__version__, "command": command, "points": points}
     out.write_text(fixtures.encode_lines(base) + "\n")  # one line per point
     return dispatch.load(out)[gpu]
-
-
-def commit() -> str | None:
-    """The suite's commit: VLLM_HOTPATHS_COMMIT where a copied tree's git metadata is not its own
-    (ci/gpu/cuda-suite.sh's COMMIT), else this checkout's."""
-    if os.environ.get("VLLM_HOTPATHS_COMMIT"):
-        return os.environ["VLLM_HOTPATHS_COMMIT"]
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).parent)
-    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:
