@@ -316,6 +316,8 @@ def pytest_runtest_setup(item):
             pytest.skip("vLLM is not installed")
         marker = item.get_closest_marker("hotpath")
         hotpath = registry.get(marker.args[0]) if marker else None
+        if hotpath is not None and hotpath.removed_in(version):
+            pytest.skip(registry.REMOVED_MARK + hotpath.removed_in(version))
         if hotpath is not None and not hotpath.exists_in(version):
             pytest.skip(hotpath.absence(version))
     ops = item.get_closest_marker("needs_vllm_ops")
@@ -340,7 +342,9 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         check, hotpath = item.get_closest_marker("check"), item.get_closest_marker("hotpath")
-        if check is not None and check.args[0] == "drift" and (
+        if hotpath is not None and registry.get(hotpath.args[0]).removed_in(version):
+            keep.append(item)  # its rows say so (status `removed`): never a traceback, never silent
+        elif check is not None and check.args[0] == "drift" and (
                 not registry.get(hotpath.args[0]).exists_in(version)
                 or ledger.older_reference_version(hotpath.args[0], version) is None):
             drop.append(item)

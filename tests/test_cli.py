@@ -5,13 +5,13 @@ from pathlib import Path
 
 from vllm_hotpaths import registry
 
-STATUSES = {"pass", "fail", "skip", "expected-divergence"}
+STATUSES = {"pass", "fail", "skip", "expected-divergence", "removed"}
 
 
 def check_report_shape(report):
     assert set(report) == {"vllm_version", "suite", "profile", "seed", "command", "environment", "duration_s",
                            "devices", "partial", "problems", "verdict", "results", "runner", "runner_choice",
-                           "runner_changes", "committed_fixtures", "idle_s"}
+                           "runner_changes", "committed_fixtures", "idle_s", "removed", "plugin_load"}
     assert report["committed_fixtures"] == "replayed"
     assert set(report["environment"]) == {"date", "commit", "python", "torch", "triton", "hypothesis",
                                           "vllm", "cuda_device"}
@@ -256,3 +256,51 @@ def test_a_release_before_the_thinking_budget_holder_says_what_it_has_instead():
     assert not hotpath.exists_in("0.20.2") and hotpath.exists_in("0.21.0")
     assert "no thinking budget" in hotpath.absence("0.18.1")
     assert "logits processor" in hotpath.absence("0.19.0") and "logits processor" in hotpath.absence("0.20.2")
+
+
+def test_a_row_whose_upstream_the_release_removed_is_counted_apart_and_never_recorded(tmp_path):
+    """A hot path whose upstream code the installed vLLM removed: its vLLM rows are `removed` (not
+    a skip, not a failure), the gate names what runs instead, and `--record` validates nothing."""
+    from vllm_hotpaths.testing.gate import Row, record, removed_lines
+
+    said = registry.REMOVED_MARK + registry.get("swap_states").removed_in("0.34.0")
+    rows = [Row("swap_states", "conformance", "cpu", "reference@0.27.0", ["skipped"], reasons=[said]),
+            Row("swap_states", "equivalence", "cpu", "memmove@0.27.0", ["passed"]),
+            Row("penalties", "conformance", "cpu", "reference@0.16.0", ["skipped"], reasons=["no CUDA device"])]
+    assert [r.status for r in rows] == ["removed", "pass", "skip"]
+    assert removed_lines(rows) == ["- removed: " + registry.get("swap_states").removed_in("0.34.0")]
+    path = tmp_path / "validated.json"
+    path.write_text(json.dumps({"swap_states": {"0.34.0": {"profile": "ci"}}}))
+    assert record(rows[:2], "0.34.0", "ci", path)["swap_states"] is False
+    assert json.loads(path.read_text())["swap_states"] == {}
+
+
+def test_every_v1_hot_path_is_removed_from_0_34_with_what_runs_instead():
+    for name, hotpath in registry.HOTPATHS.items():
+        if hotpath.runner == "v1":
+            assert hotpath.removed_in("0.33.0") is None
+            text = hotpath.removed_in("0.34.0")
+            assert text.startswith(f"{name}: vLLM 0.34.0 removed {hotpath.upstream} with Model Runner v1; "), text
+            assert hotpath.removed_in("0.35.1") == text
+        else:
+            assert hotpath.removed_in("0.34.0") is None, name
+
+
+def test_the_gate_says_per_hot_path_what_holds_and_what_needs_work():
+    from vllm_hotpaths.testing.gate import Row, hotpath_lines
+
+    gone = registry.REMOVED_MARK + registry.get("swap_states").removed_in("0.34.0")
+    broken = Row("rejection_mrv2", "conformance", "cpu", "reference@0.31.0", ["failed"])
+    broken.failures.append({"message": "Traceback ...\nAttributeError: 'Tensor' object has no attribute 'row_mapping'"})
+    rows = [broken, Row("rejection_mrv2", "drift", "cpu", "reference@0.28.0", ["passed"]),
+            Row("swap_states", "conformance", "cpu", "reference@0.27.0", ["skipped"], reasons=[gone]),
+            Row("swap_states", "equivalence", "cpu", "memmove@0.27.0", ["passed"]),
+            Row("sampler_mrv2", "conformance", "cpu", "reference@0.31.0", ["passed"]),
+            Row("logits_copy", "conformance", "cpu", "reference@0.28.0", ["skipped"], reasons=["no CUDA device"])]
+    assert hotpath_lines(rows) == [
+        "- logits_copy: not checked here (every row that runs vLLM skipped)",
+        "- rejection_mrv2: needs work: conformance cpu failed (AttributeError: 'Tensor' object has no attribute "
+        "'row_mapping')",
+        "- sampler_mrv2: holds",
+        "- swap_states: removed upstream (no patch to validate)",
+    ]

@@ -350,3 +350,41 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
         assert rows["0.22.1"]["devices"] == ["cpu"] and rows["0.22.1"]["shared_with"] == "0.22.0"
         assert rows["0.22.1"]["implementations"] == ["incremental"]
         assert "0.23.0" not in rows
+
+
+def test_a_hot_path_whose_upstream_a_release_removed_is_removed_with_what_runs_instead():
+    """Every row that runs vLLM says its code is gone: the cell is `removed`, not a skip, and the
+    page names what the release runs in its place; a removal beside a plain skip is a skip."""
+    from vllm_hotpaths import registry
+
+    removed = registry.REMOVED_MARK + registry.get("penalties").removed_in("0.34.0")
+    rows = [{"check": "equivalence", "status": "pass", "own": True},
+            {"check": "conformance", "status": "removed", "skip_reasons": [removed]}]
+    assert matrix.hotpath_status(rows) == "removed"
+    assert matrix.hotpath_status(rows + [{"check": "drift", "status": "skip"}]) == "skip"
+    text = matrix.cell_text({"status": "removed", "skip_reasons": ["Triton kernels on CPU tensors ...", removed]})
+    assert text.startswith("removed: Model Runner V2's PenaltiesState runs in its place"), text
+    assert "penalties_mrv2" in text, text
+
+
+def test_the_step_to_0_34_names_the_removal_of_model_runner_v1_and_its_scheduler_change():
+    from vllm_hotpaths.testing import release_changes
+
+    steps = dict(release_changes.between("0.33.0", "0.35.0", ["0.33.0", "0.34.0", "0.35.0"]))
+    removals = [line for line in steps["0.34.0"] if "removed upstream" in line]
+    assert sorted(line.split(" ")[0] for line in removals) == sorted(
+        name for name, hotpath in registry.HOTPATHS.items() if hotpath.runner == "v1")
+    assert any(line.startswith("cached_request_data: CachedRequestData has no resumed_req_ids") for line in steps["0.34.0"])
+    assert not any("removed upstream" in line for line in steps["0.35.0"])  # said once, at the release that did it
+
+
+def test_changes_to_a_release_never_gated_say_so_with_the_command(monkeypatch, capsys, tmp_path, pytestconfig):
+    monkeypatch.setattr(releases, "index_releases", lambda: ["0.33.0", "0.34.0", "0.35.0"])
+    (tmp_path / "vllm-0.33.0.json").write_text(json.dumps({"version": "0.33.0", "runner_choice": []}))
+    from vllm_hotpaths import cli
+
+    assert cli.main(["changes", "0.33.0", "0.35.0", "--store", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "- 0.35.0: never gated by this suite" in out and "`vllm-hotpaths gate --vllm 0.35.0`" in out, out
+    assert "- 0.34.0: never gated by this suite" in out
+    assert "0.33.0: never gated" not in out

@@ -106,8 +106,8 @@ def test_a_patch_says_where_upstream_needs_none():
     assert "written for vLLM 0.22.x" in get("logits_copy").patch_needed("0.21.0")
     assert get("sampler_mrv2").patch_needed("0.22.0") is None
     assert get("sampler_mrv2").patch_needed("0.33.0") is None
-    assert "written for vLLM 0.22.x to 0.33.x" in get("sampler_mrv2").patch_needed("0.34.0")
-    assert "written for vLLM 0.22.x to 0.33.x" in get("sampler_mrv2").patch_needed("0.21.0")
+    assert "written for vLLM 0.22.x to 0.34.x" in get("sampler_mrv2").patch_needed("0.35.0")
+    assert "written for vLLM 0.22.x to 0.34.x" in get("sampler_mrv2").patch_needed("0.21.0")
     assert get("swap_states").patch_needed("0.33.0") is None
     assert get("penalties").patch_needed("0.22.0") is None
 
@@ -194,11 +194,12 @@ def test_a_cpu_record_does_not_install_on_a_cuda_engine(monkeypatch, tmp_path, c
     assert f"not validated for vLLM {version} on cuda (validated on cpu)" in caplog.text, caplog.text
 
 
-def test_a_patch_that_fails_to_install_is_named_with_the_way_out(monkeypatch, tmp_path):
+def test_a_patch_that_fails_to_install_keeps_upstream_and_says_so(monkeypatch, tmp_path, caplog):
     """A vLLM build whose code differs from the release the gate validated (a patch's target
-    missing): vLLM calls plugins without catching their errors, so the plugin's own error must
-    name the hot path and how to start without it, not end deep inside the patch."""
+    missing): vLLM calls plugins without catching their errors, so the plugin logs one line naming
+    the hot path and the way out, puts back what the patch had replaced, and never raises."""
     from vllm_hotpaths import plugin
+    from vllm_hotpaths.swap_states import patch
 
     version = vllm_env.installed_version()
     path = tmp_path / "validated.json"
@@ -206,17 +207,94 @@ def test_a_patch_that_fails_to_install_is_named_with_the_way_out(monkeypatch, tm
     monkeypatch.setenv("VLLM_HOTPATHS_VALIDATED", str(path))
     monkeypatch.setenv("VLLM_HOTPATHS", "penalties,swap_states")
     monkeypatch.setattr(plugin, "_installed", {"penalties": []})  # installed already: only swap_states runs
+    undone = []
+    monkeypatch.setattr(patch, "uninstall", lambda: undone.append(True))
 
     def missing_target(version):
         raise AttributeError("type object 'InputBatch' has no attribute 'swap_states'")
 
     monkeypatch.setattr(registry, "resolve", lambda dotted: missing_target)
-    with pytest.raises(RuntimeError) as raised:
-        plugin.register()
-    message = str(raised.value)
-    assert f"the swap_states patch could not be installed on vLLM {version}" in message, message
-    assert "no attribute 'swap_states'" in message and "VLLM_HOTPATHS=penalties" in message, message
-    assert isinstance(raised.value.__cause__, AttributeError)
+    with caplog.at_level("INFO", logger="vllm.vllm_hotpaths"):
+        assert plugin.register() == {"penalties": [], "swap_states": []}
+    assert f"the swap_states patch could not be installed on vLLM {version}" in caplog.text, caplog.text
+    assert "no attribute 'swap_states'" in caplog.text and "VLLM_HOTPATHS=penalties" in caplog.text, caplog.text
+    assert "upstream kept" in caplog.text and undone == [True], caplog.text
+
+
+def _no_v2_choice(monkeypatch):
+    """vLLM as 0.34 has it: no `VllmConfig.use_v2_model_runner`, no VLLM_USE_V2_MODEL_RUNNER."""
+    from vllm import envs
+    from vllm.config import VllmConfig
+
+    monkeypatch.delattr(VllmConfig, "use_v2_model_runner", raising=False)
+    known = getattr(envs, "__getattr__", None)
+
+    def without(name):
+        if name == "VLLM_USE_V2_MODEL_RUNNER":
+            raise AttributeError(f"module 'vllm.envs' has no attribute {name!r}")
+        return known(name)
+
+    monkeypatch.setattr(envs, "__getattr__", without, raising=False)
+    if "VLLM_USE_V2_MODEL_RUNNER" in vars(envs):
+        monkeypatch.delattr(envs, "VLLM_USE_V2_MODEL_RUNNER")
+
+
+def _modules_gone(monkeypatch):
+    """Every vLLM module a patch imports is missing (a release that moved or removed them)."""
+    def gone(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(vllm_env, "import_vllm", gone)
+
+
+def _validated_unreadable(monkeypatch):
+    monkeypatch.setenv("VLLM_HOTPATHS_VALIDATED", __file__)  # not JSON
+
+
+def _patch_modules_broken(monkeypatch):
+    """A patch module that raises while the plugin asks it whether it is needed or held back."""
+    def broken(self, *args):
+        raise KeyError("no such release")
+
+    monkeypatch.setattr(registry.HotPath, "held_back", broken)
+
+
+@pytest.mark.parametrize("version", ["0.22.0", "0.33.0", "0.34.0", "0.99.0", "1.0.0.dev3+g1234"])
+@pytest.mark.parametrize("fault", [_no_v2_choice, _modules_gone, _validated_unreadable, _patch_modules_broken])
+def test_register_never_raises_whatever_vllm_lacks(monkeypatch, tmp_path, caplog, version, fault):
+    """vLLM calls every general plugin without catching what it raises: with the attributes and
+    modules the plugin reads taken away, on releases known and unknown, `register` returns,
+    installs nothing it cannot, and says why in the log."""
+    from vllm_hotpaths import plugin
+
+    path = tmp_path / "validated.json"  # every patch validated for this version, on the CPU
+    path.write_text(json.dumps({name: {version: CPU_RECORD} for name in PATCHED}))
+    monkeypatch.setenv("VLLM_HOTPATHS_VALIDATED", str(path))
+    monkeypatch.setattr(plugin, "_installed", {})
+    monkeypatch.setattr(plugin, "engine_device", lambda: "cpu")
+    monkeypatch.setattr(vllm_env, "installed_version", lambda: version)
+    monkeypatch.setattr(registry, "resolve", lambda dotted: lambda version: (_ for _ in ()).throw(
+        AttributeError("this release has no such function")))  # nothing of vLLM is really patched here
+    monkeypatch.setattr(plugin.runners, "_announced", set())
+    fault(monkeypatch)
+    with caplog.at_level("INFO", logger="vllm.vllm_hotpaths"):
+        installed = plugin.register()
+    assert not any(installed.values()), installed
+    assert "vllm-hotpaths" in caplog.text, "the plugin said nothing"
+    if registry.version_key(version) >= registry.version_key(registry.V1_REMOVED) and fault is not _validated_unreadable:
+        for name in PATCHED:
+            if registry.get(name).removed:
+                assert f"{name}: vLLM {registry.V1_REMOVED} removed" in caplog.text, caplog.text
+
+
+def test_the_runner_is_model_runner_v2_where_vllm_has_no_other(monkeypatch):
+    from vllm_hotpaths import runners
+
+    _no_v2_choice(monkeypatch)
+    monkeypatch.setattr(vllm_env, "installed_version", lambda: "0.34.0")
+    assert runners.runner_of(None) == "mrv2"
+    monkeypatch.setattr(vllm_env, "installed_version", lambda: "0.21.0")
+    assert runners.runner_of(None) == "v1"  # the variable unset: vLLM's default before 0.22
 
 
 def test_the_engine_device_is_found_without_initializing_cuda(monkeypatch):

@@ -33,7 +33,7 @@ def _gate(args) -> int:
         workers=args.workers, fixture_dir=Path(args.fixture_dir).resolve() if args.fixture_dir else None,
         hotpaths=args.hotpath or [], record=args.record,
         junit_xml=Path(args.junit_xml).resolve() if args.junit_xml else None, fail_on_skip=args.fail_on_skip,
-        seed=args.seed, timeout=args.timeout, runner=args.runner,
+        fail_on_removed=args.fail_on_removed, seed=args.seed, timeout=args.timeout, runner=args.runner,
         trace_dir=Path(args.trace_vllm).resolve() if args.trace_vllm else None, checks=args.check or [],
         generated_only=args.generated_only, rows=args.rows)
     if options.impls and options.fixture_dir is None:  # a candidate's failures stay out of the checkout
@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--junit-xml", metavar="PATH", help="also write pytest's JUnit XML report")
     gate.add_argument("--fail-on-skip", action="store_true",
                       help="a skipped row is a failure (CI on a GPU runner with vLLM installed)")
+    gate.add_argument("--fail-on-removed", action="store_true",
+                      help="a row whose upstream code the installed vLLM removed (status removed) is a "
+                           "failure: for teams whose own patches need that code")
     gate.set_defaults(func=_gate)
     bench = sub.add_parser("bench", help="time the baseline (upstream's own code where it runs, else a "
                            "reference) vs fast, side by side", formatter_class=defaults)

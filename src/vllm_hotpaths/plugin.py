@@ -14,6 +14,11 @@ installed; one line says why.
 Each patch falls back to upstream, at run time, for rows it cannot vouch
 for (its module says which).
 
+vLLM calls every general plugin without catching what it raises, so `register` never raises: a
+patch that cannot be installed, a release whose code this package does not know, any error at
+all keeps upstream's code and logs one line. A hot path whose upstream code the running release
+removed (registry `removed`) is named with what runs in its place.
+
 A patch replaces a function of one model runner (registry `runner`): installed, it is called
 only by engines that run that runner. Once vLLM has decided an engine's runner, one line says
 which runner it is and which installed patches it calls (`runners.watch`).
@@ -21,6 +26,7 @@ which runner it is and which installed patches it calls (`runners.watch`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -86,7 +92,40 @@ def announce(runner: str) -> None:
 
 def register() -> dict[str, list[str]]:
     """Install every selected hot path validated for the running vLLM on this engine's device;
-    returns what is installed."""
+    returns what is installed. Never raises (module docstring)."""
+    try:
+        _register()
+    except Exception as err:  # anything at all: vLLM must start, with upstream's code
+        logger.error("vllm-hotpaths: the plugin stopped (%s: %s); every hot path not installed before "
+                     "this keeps upstream's code", type(err).__name__, err)
+    return dict(_installed)
+
+
+def _install(name: str, version: str, names: list[str]) -> None:
+    """One hot path's patch; on failure upstream's code is put back and one line says so."""
+    try:
+        _installed[name] = registry.resolve(registry.get(name).patch)(version)
+    except Exception as err:
+        _installed[name] = []
+        undo = getattr(importlib.import_module(registry.get(name).patch.partition(":")[0]), "uninstall", None)
+        try:
+            if undo is not None:
+                undo()
+        except Exception:  # nothing more to put back
+            pass
+        rest = ",".join(n for n in names if n != name) or "off"
+        logger.error("vllm-hotpaths: the %s patch could not be installed on vLLM %s (%s: %s), upstream kept; "
+                     "this vLLM's code differs from what the gate validated for %s. Gate this install: "
+                     "`vllm-hotpaths gate --hotpath %s` (VLLM_HOTPATHS=%s starts without trying it)",
+                     name, version, type(err).__name__, err, version, name, rest)
+        return
+    runner = registry.get(name).runner
+    logger.info("vllm-hotpaths: %s installed for vLLM %s (%s), called by %s", name, version,
+                ", ".join(_installed[name]),
+                "every engine (its scheduler)" if runner == "any" else f"{runners.TITLES[runner]} engines only")
+
+
+def _register() -> None:
     version = vllm_env.installed_version()
     validated = load_validated()
     names = selected()
@@ -97,37 +136,40 @@ def register() -> dict[str, list[str]]:
     for name in names:
         if name in _installed:
             continue
-        held_back = registry.get(name).held_back()
-        if held_back is not None:
-            logger.info("vllm-hotpaths: %s held back on vLLM %s, upstream kept: %s", name, version, held_back)
-            _installed[name] = []
-            continue
-        entry = validated.get(name, {}).get(version)
-        devices = entry.get("devices", ()) if entry else ()
-        if entry is None or not (device in devices or (registry.get(name).host_only and "cpu" in devices)):
-            logger.warning(
-                "vllm-hotpaths: %s is not validated for vLLM %s%s, upstream kept; validate it with "
-                "`vllm-hotpaths gate --vllm %s --hotpath %s --record`%s", name, version,
-                "" if entry is None else f" on {device} (validated on {', '.join(entry.get('devices', ())) or 'nothing'})",
-                version, name, "" if device == "cpu" else f" on a {device} machine")
-            continue
-        reason = registry.get(name).patch_needed(version)
-        if reason is not None:
-            logger.info("vllm-hotpaths: %s left to upstream on vLLM %s: %s", name, version, reason)
-            _installed[name] = []
-            continue
         try:
-            _installed[name] = registry.resolve(registry.get(name).patch)(version)
-        except Exception as err:  # vLLM does not catch a plugin's error: say which patch, and the way out
-            rest = ",".join(n for n in names if n != name) or "off"
-            raise RuntimeError(
-                f"vllm-hotpaths: the {name} patch could not be installed on vLLM {version} ({type(err).__name__}: "
-                f"{err}); this vLLM's code differs from what the gate validated for {version}. Start without "
-                f"it with VLLM_HOTPATHS={rest}, and gate this install: `vllm-hotpaths gate --hotpath {name}`") from err
-        runner = registry.get(name).runner
-        logger.info("vllm-hotpaths: %s installed for vLLM %s (%s), called by %s", name, version,
-                    ", ".join(_installed[name]),
-                    "every engine (its scheduler)" if runner == "any" else f"{runners.TITLES[runner]} engines only")
+            _consider(name, version, validated.get(name, {}).get(version), device, names)
+        except Exception as err:  # this hot path only: the others are still considered
+            _installed[name] = []
+            logger.error("vllm-hotpaths: %s not installed on vLLM %s (%s: %s), upstream kept", name, version,
+                         type(err).__name__, err)
     if names and not runners.watch(announce):  # no automatic choice: the variable decides
         runners.announce_once(runners.runner_of(None), announce)
-    return dict(_installed)
+
+
+def _consider(name: str, version: str, entry: dict | None, device: str, names: list[str]) -> None:
+    """Install hot path `name` where its record allows, or log why upstream is kept."""
+    hotpath = registry.get(name)
+    removed = hotpath.removed_in(version)
+    if removed is not None:
+        logger.info("vllm-hotpaths: %s", removed)
+        _installed[name] = []
+        return
+    held_back = hotpath.held_back()
+    if held_back is not None:
+        logger.info("vllm-hotpaths: %s held back on vLLM %s, upstream kept: %s", name, version, held_back)
+        _installed[name] = []
+        return
+    devices = entry.get("devices", ()) if entry else ()
+    if entry is None or not (device in devices or (hotpath.host_only and "cpu" in devices)):
+        logger.warning(
+            "vllm-hotpaths: %s is not validated for vLLM %s%s, upstream kept; validate it with "
+            "`vllm-hotpaths gate --vllm %s --hotpath %s --record`%s", name, version,
+            "" if entry is None else f" on {device} (validated on {', '.join(entry.get('devices', ())) or 'nothing'})",
+            version, name, "" if device == "cpu" else f" on a {device} machine")
+        return
+    reason = hotpath.patch_needed(version)
+    if reason is not None:
+        logger.info("vllm-hotpaths: %s left to upstream on vLLM %s: %s", name, version, reason)
+        _installed[name] = []
+        return
+    _install(name, version, names)

@@ -52,6 +52,9 @@ class HotPath:
     # A Model Runner V2 hot path: the registry name of the v1 hot path whose semantics it replaces
     # (the runner-change law compares that hot path's reference with this one's live code).
     v1_counterpart: str | None = None
+    # (first release without `upstream`, what runs in its place there and which hot path of this
+    # suite checks that): the gate's rows for those releases say it, as status `removed`.
+    removed: tuple[str, str] | None = None
 
     @property
     def family(self) -> str:
@@ -66,6 +69,14 @@ class HotPath:
         text = f"vLLM {vllm_version}: {self.name} is checked from {self.since}"
         earlier = [what for first, what in self.before_since if version_key(first) <= version_key(vllm_version)]
         return f"{text}: {earlier[-1]}" if earlier else text
+
+    def removed_in(self, vllm_version: str | None) -> str | None:
+        """What a release from `removed[0]` on runs instead of `upstream`, in one sentence; None
+        where `vllm_version` still has it."""
+        if self.removed is None or vllm_version is None or version_key(vllm_version) < version_key(self.removed[0]):
+            return None
+        runner = " with Model Runner v1" if self.runner == "v1" else ""
+        return f"{self.name}: vLLM {self.removed[0]} removed {self.upstream}{runner}; {self.removed[1]}"
 
     def patch_needed(self, vllm_version: str) -> str | None:
         """None where the patch applies to `vllm_version`, else why not (its module's
@@ -264,6 +275,12 @@ THINK_BUDGET_BEFORE = (
                "decoding; not checked by this suite"),
 )
 
+# Model Runner v1 and with it the v1 hot paths' upstream code: gone from 0.34.0 (its
+# vllm/platforms/interface.py refuses VLLM_USE_V2_MODEL_RUNNER=0: "Model Runner V1 has been removed").
+V1_REMOVED = "0.34.0"
+# How a skipped property says its upstream code is gone (`HotPath.removed`): the gate's status `removed`.
+REMOVED_MARK = "removed upstream: "
+
 # Model Runner V2 before 0.22: opt-in (VLLM_USE_V2_MODEL_RUNNER=1); engines run v1 by default.
 MRV2_OPT_IN = "Model Runner V2 is opt-in (VLLM_USE_V2_MODEL_RUNNER=1; engines run Model Runner v1 by default)"
 
@@ -340,7 +357,8 @@ CACHED_REQUEST_DATA_CONTRACT = Contract(
     doc=(
         "factory() -> object with\n"
         "  make(scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)\n"
-        "      -> {field: value} for vLLM's CachedRequestData (cached_request_data.FIELDS), as\n"
+        "      -> {field: value} for vLLM's CachedRequestData (cached_request_data.FIELDS; from 0.34\n"
+        "      FIELDS_034, the resumed requests left out: vLLM schedules them as new ones), as\n"
         "      Scheduler._make_cached_request_data builds it: fresh lists, a set, a dict in batch order;\n"
         "      scheduler: use_pp, scheduler_config.async_scheduling, prev_step_scheduled_req_ids,\n"
         "      use_v2_model_runner (read from 0.24); requests: request_id, all_token_ids,\n"
@@ -364,6 +382,7 @@ HOTPATHS: dict[str, HotPath] = {
         triton=True,
         patch="vllm_hotpaths.penalties.patch:install",
         checks="vllm_hotpaths.testing.cases.penalties:PenaltiesChecks",
+        removed=(V1_REMOVED, "Model Runner V2's PenaltiesState runs in its place, checked by penalties_mrv2 and by sampler_mrv2's fused pass"),
     ),
     "think_budget": HotPath(
         name="think_budget",
@@ -385,6 +404,7 @@ HOTPATHS: dict[str, HotPath] = {
         checks="vllm_hotpaths.testing.cases.think_budget:ThinkBudgetChecks",
         since="0.21.0",  # the holder; before it, see THINK_BUDGET_BEFORE
         before_since=THINK_BUDGET_BEFORE,
+        removed=(V1_REMOVED, "Model Runner V2's ThinkingBudgetState runs in its place, checked by think_budget_mrv2"),
     ),
     "swap_states": HotPath(
         name="swap_states",
@@ -400,6 +420,7 @@ HOTPATHS: dict[str, HotPath] = {
         bench="vllm_hotpaths.testing.bench.swap_states:run",
         patch="vllm_hotpaths.swap_states.patch:install",
         checks="vllm_hotpaths.testing.cases.swap_states:SwapStatesChecks",
+        removed=(V1_REMOVED, "Model Runner V2 keeps each request in a fixed slot and moves no rows: nothing runs in its place, nothing to check"),
     ),
     "recovered_tokens": HotPath(
         name="recovered_tokens",
@@ -414,6 +435,7 @@ HOTPATHS: dict[str, HotPath] = {
         triton=True,
         patch="vllm_hotpaths.recovered_tokens.patch:install",
         checks="vllm_hotpaths.testing.cases.recovered_tokens:RecoveredTokensChecks",
+        removed=(V1_REMOVED, "Model Runner V2's rejection_sample resamples one token per request in its place, checked by rejection_mrv2"),
     ),
     "logits_copy": HotPath(
         name="logits_copy",
@@ -537,10 +559,13 @@ HOTPATHS: dict[str, HotPath] = {
         upstream="vllm.v1.core.sched.scheduler.Scheduler._make_cached_request_data",
         contract=CACHED_REQUEST_DATA_CONTRACT,
         references={"0.16.0": "vllm_hotpaths.cached_request_data.reference:CachedRequestData016",
-                    "0.24.0": "vllm_hotpaths.cached_request_data.reference:CachedRequestData024"},
+                    "0.24.0": "vllm_hotpaths.cached_request_data.reference:CachedRequestData024",
+                    "0.34.0": "vllm_hotpaths.cached_request_data.reference:CachedRequestData034"},
         fast={"columnwise@0.16.0": ("vllm_hotpaths.cached_request_data.fast:ColumnwiseCachedRequestData", "0.16.0"),
               "columnwise@0.24.0": ("vllm_hotpaths.cached_request_data.fast:ColumnwiseCachedRequestData024",
-                                    "0.24.0")},
+                                    "0.24.0"),
+              "columnwise@0.34.0": ("vllm_hotpaths.cached_request_data.fast:ColumnwiseCachedRequestData034",
+                                    "0.34.0")},
         live="vllm_hotpaths.testing.live.cached_request_data:LiveCachedRequestData",
         bench="vllm_hotpaths.testing.bench.cached_request_data:run",
         patch="vllm_hotpaths.cached_request_data.patch:install",

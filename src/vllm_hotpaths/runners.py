@@ -2,9 +2,10 @@
 
 `v1` is Model Runner v1 (`vllm/v1/worker/gpu_model_runner.py`, the v1 `Sampler`, `InputBatch`);
 `mrv2` is Model Runner V2 (`vllm/v1/worker/gpu/`), the default for Qwen3 dense models in 0.22,
-every dense model from 0.25 and every model in 0.33. vLLM decides per engine in
-`VllmConfig.use_v2_model_runner` (0.22 on); older versions read `VLLM_USE_V2_MODEL_RUNNER` (off
-unless set). A hot path's upstream function is called by one runner only (registry `runner`).
+every dense model from 0.25 and every model in 0.33, the only one from 0.34 (`registry.V1_REMOVED`).
+vLLM decides per engine in `VllmConfig.use_v2_model_runner` (0.22 to 0.33); older versions read
+`VLLM_USE_V2_MODEL_RUNNER` (off unless set). A hot path's upstream function is called by one
+runner only (registry `runner`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ def runner_of(vllm_config) -> str:
     """The runner an engine with this `VllmConfig` builds (vLLM's own decision)."""
     if hasattr(type(vllm_config), "use_v2_model_runner"):
         return "mrv2" if vllm_config.use_v2_model_runner else "v1"
+    from vllm_hotpaths import registry, vllm_env
+
+    version = vllm_env.installed_version()
+    if version is None or registry.version_key(version) >= registry.version_key(registry.V1_REMOVED):
+        return "mrv2"  # no choice left
     from vllm import envs  # versions before the automatic choice: the variable alone
 
-    return "mrv2" if envs.VLLM_USE_V2_MODEL_RUNNER else "v1"
+    return "mrv2" if getattr(envs, "VLLM_USE_V2_MODEL_RUNNER", False) else "v1"
 
 
 def watch(announce: Callable[[str], None]) -> bool:

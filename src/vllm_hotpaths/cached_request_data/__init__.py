@@ -3,9 +3,11 @@ about the requests it scheduled again (running ones, and resumed ones after a pr
 
 For each request, in the order running then resumed: its id; in a pipeline-parallel engine
 without async scheduling, the tokens it feeds this step; its whole token list when it was not
-scheduled in the previous step (from 0.24, on Model Runner v1 only); the ids of the KV blocks it
+scheduled in the previous step (0.24 to 0.33, on Model Runner v1 only); the ids of the KV blocks it
 was given this step (None when it got none); its computed tokens; its outputs, counting the
-async placeholders not yet filled. It is Python over every request of the batch at every
+async placeholders not yet filled. From 0.34 a resumed request is scheduled as a new one (sent
+in full) and never reaches this call, and the message has no resumed ids and no token lists
+(`FIELDS_034`). It is Python over every request of the batch at every
 step (1.3 ms of the scheduler's 7-8 ms at B = 1,024 on an H200 host: docs/decode-profile.md).
 
 An implementation reads the scheduler through four attributes (`use_pp`,
@@ -17,9 +19,10 @@ new blocks through `get_block_ids(allow_none=True)`, as vLLM's scheduler does.
 
 from __future__ import annotations
 
-# vLLM's CachedRequestData, field by field (the same names from 0.16.0 to 0.33.0).
+# vLLM's CachedRequestData, field by field (the same names from 0.16.0 to 0.33.0), and from 0.34.0.
 FIELDS = ("req_ids", "resumed_req_ids", "new_token_ids", "all_token_ids", "new_block_ids",
           "num_computed_tokens", "num_output_tokens")
+FIELDS_034 = ("req_ids", "new_token_ids", "new_block_ids", "num_computed_tokens", "num_output_tokens")
 
 
 class InvalidSchedulerInput(ValueError):

@@ -11,7 +11,8 @@ request missing from a table, and (to 0.23) a resumed request scheduled in the p
 
 from __future__ import annotations
 
-from vllm_hotpaths.cached_request_data.reference import CachedRequestData016, CachedRequestData024
+from vllm_hotpaths.cached_request_data import FIELDS
+from vllm_hotpaths.cached_request_data.reference import CachedRequestData016, CachedRequestData024, CachedRequestData034
 
 
 def new_block_ids(blocks: list) -> list:
@@ -36,6 +37,7 @@ class ColumnwiseCachedRequestData(CachedRequestData016):
              spec_decode_tokens: dict, req_to_new_blocks: dict) -> dict:
         if scheduler.use_pp and not scheduler.scheduler_config.async_scheduling:
             return super().make(scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
+        resumed = resumed if self.fields is FIELDS else []
         requests = [*running, *resumed]
         previous = scheduler.prev_step_scheduled_req_ids
         req_ids = [r.request_id for r in requests]
@@ -47,19 +49,20 @@ class ColumnwiseCachedRequestData(CachedRequestData016):
             refused = True
         if refused:  # the reference refuses with the first problem it meets, request by request
             return super().make(scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
-        sends_history = not (self.history_for_v1_only and scheduler.use_v2_model_runner)
-        return {
-            "req_ids": req_ids,
-            "resumed_req_ids": resumed_ids,
-            "new_token_ids": [],
-            "all_token_ids": {i: list(r.all_token_ids) for i, r in zip(req_ids, requests) if i not in previous}
-            if sends_history else {},
-            "new_block_ids": new_block_ids(blocks),
-            "num_computed_tokens": [r.num_computed_tokens for r in requests],
-            "num_output_tokens": [r.num_output_tokens + r.num_output_placeholders for r in requests],
-        }
-
+        fields = {"req_ids": req_ids, "new_token_ids": [], "new_block_ids": new_block_ids(blocks),
+                  "num_computed_tokens": [r.num_computed_tokens for r in requests],
+                  "num_output_tokens": [r.num_output_tokens + r.num_output_placeholders for r in requests]}
+        if self.fields is FIELDS:  # to 0.33: resumed ids, and token lists where the runner takes them
+            fields["resumed_req_ids"] = resumed_ids
+            sends_history = not (self.history_for_v1_only and scheduler.use_v2_model_runner)
+            fields["all_token_ids"] = {i: list(r.all_token_ids) for i, r in zip(req_ids, requests)
+                                       if i not in previous} if sends_history else {}
+        return {name: fields[name] for name in self.fields}
 
 class ColumnwiseCachedRequestData024(ColumnwiseCachedRequestData):
     refuses_resumed_scheduled_before = CachedRequestData024.refuses_resumed_scheduled_before
     history_for_v1_only = CachedRequestData024.history_for_v1_only
+
+
+class ColumnwiseCachedRequestData034(ColumnwiseCachedRequestData024):
+    fields = CachedRequestData034.fields

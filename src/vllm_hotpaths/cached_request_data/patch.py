@@ -1,12 +1,15 @@
 """Installs `columnwise` as vLLM's `Scheduler._make_cached_request_data` (the engine core's
 scheduler, whichever model runner the engine uses; `AsyncScheduler` inherits it).
 
-The fast fields become vLLM's own `CachedRequestData`. Every call the fast path refuses (a request
+The fast fields become vLLM's own `CachedRequestData`; from 0.34 the method takes no resumed
+requests, and the wrapper takes the arguments upstream's takes. Every call the fast path refuses (a request
 missing from a table, or to 0.23 a resumed request scheduled in the previous step) goes to
 upstream's method, so the patched scheduler raises upstream's own error there.
 """
 
 from __future__ import annotations
+
+import inspect
 
 from vllm_hotpaths import registry, vllm_env
 from vllm_hotpaths.cached_request_data import InvalidSchedulerInput
@@ -25,15 +28,25 @@ def install(version: str | None = None) -> list[str]:
     upstream = module.Scheduler._make_cached_request_data
     make_data = vllm_env.import_vllm("vllm.v1.core.sched.output").CachedRequestData
 
-    def _make_cached_request_data(self, running_reqs, resumed_reqs, num_scheduled_tokens, spec_decode_tokens,
-                                  req_to_new_blocks):
+    def made(self, running_reqs, resumed_reqs, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks):
         try:
-            fields = fast.make(self, running_reqs, resumed_reqs, num_scheduled_tokens, spec_decode_tokens,
-                               req_to_new_blocks)
+            return make_data(**fast.make(self, running_reqs, resumed_reqs, num_scheduled_tokens,
+                                         spec_decode_tokens, req_to_new_blocks))
         except InvalidSchedulerInput:
-            return upstream(self, running_reqs, resumed_reqs, num_scheduled_tokens, spec_decode_tokens,
-                            req_to_new_blocks)
-        return make_data(**fields)
+            return None
+
+    if "resumed_reqs" in inspect.signature(upstream).parameters:  # to 0.33
+        def _make_cached_request_data(self, running_reqs, resumed_reqs, num_scheduled_tokens, spec_decode_tokens,
+                                      req_to_new_blocks):
+            data = made(self, running_reqs, resumed_reqs, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
+            return data if data is not None else upstream(
+                self, running_reqs, resumed_reqs, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
+    else:
+        def _make_cached_request_data(self, running_reqs, num_scheduled_tokens, spec_decode_tokens,
+                                      req_to_new_blocks):
+            data = made(self, running_reqs, [], num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
+            return data if data is not None else upstream(
+                self, running_reqs, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
 
     _make_cached_request_data.hotpaths_upstream = upstream
     UPSTREAM["_make_cached_request_data"] = upstream

@@ -7,25 +7,31 @@ step sends its whole token list.
 `CachedRequestData024`: vLLM 0.24.0 on (unchanged through 0.33.0). No such assertion: a resumed
 request that was scheduled in the previous step is listed as resumed and sends no token list.
 Token lists are sent only to Model Runner v1 (`use_v2_model_runner` False).
+`CachedRequestData034`: vLLM 0.34.0 on. Resumed requests are scheduled as new ones and never reach
+this call (the `resumed` given are left out), and no token list is sent: the fields are
+`FIELDS_034`.
 """
 
 from __future__ import annotations
 
-from vllm_hotpaths.cached_request_data import FIELDS, InvalidSchedulerInput, entry
+from vllm_hotpaths.cached_request_data import FIELDS, FIELDS_034, InvalidSchedulerInput, entry
 
 
 class CachedRequestData016:
     refuses_resumed_scheduled_before = True  # upstream's assertion (0.16 to 0.23)
     history_for_v1_only = False  # 0.24: Model Runner V2 keeps its own token history
+    fields = FIELDS  # 0.34: no resumed ids, no token lists, no resumed requests in the call
 
     def make(self, scheduler, running: list, resumed: list, num_scheduled_tokens: dict,
              spec_decode_tokens: dict, req_to_new_blocks: dict) -> dict:
+        if self.fields is FIELDS_034:
+            resumed = []
         fields = {name: [] for name in FIELDS}
         fields["resumed_req_ids"], fields["all_token_ids"] = set(), {}
         # Pipeline parallelism without async scheduling: the last stage cannot hand its sampled
         # tokens to the first, so the scheduler sends the tokens each request feeds.
         sends_tokens = scheduler.use_pp and not scheduler.scheduler_config.async_scheduling
-        sends_history = not (self.history_for_v1_only and scheduler.use_v2_model_runner)
+        sends_history = self.fields is FIELDS and not (self.history_for_v1_only and scheduler.use_v2_model_runner)
         previous = scheduler.prev_step_scheduled_req_ids
         for index, request in enumerate([*running, *resumed]):
             request_id = request.request_id
@@ -46,9 +52,13 @@ class CachedRequestData016:
             fields["new_block_ids"].append(blocks.get_block_ids(allow_none=True))
             fields["num_computed_tokens"].append(request.num_computed_tokens)
             fields["num_output_tokens"].append(request.num_output_tokens + request.num_output_placeholders)
-        return fields
+        return {name: fields[name] for name in self.fields}
 
 
 class CachedRequestData024(CachedRequestData016):
     refuses_resumed_scheduled_before = False
     history_for_v1_only = True
+
+
+class CachedRequestData034(CachedRequestData024):
+    fields = FIELDS_034

@@ -1,4 +1,4 @@
-"""Installs the fused sampling pass into Model Runner V2's `Sampler.sample`, vLLM 0.22 to 0.33,
+"""Installs the fused sampling pass into Model Runner V2's `Sampler.sample`, vLLM 0.22 to 0.34,
 with the release's own noise and copy rules (the reference in force there: `reference.SamplerPass*`).
 
 `Sampler.add_request` also sets the slot's flag: the fused kernel covers the request
@@ -71,7 +71,7 @@ _tables = {"kind": None, "default": "dense"}
 _patched_class: dict[str, type] = {}  # "Sampler": the class whose methods the patch replaced
 
 
-FIRST, LAST = (0, 22), (0, 33)  # the releases whose Model Runner V2 sampler this patch is written for
+FIRST, LAST = (0, 22), (0, 34)  # the releases whose Model Runner V2 sampler this patch is written for
 COMPACT_UNTIL = (0, 30)  # the last release whose PenaltiesState is 0.22's
 # What the patch must know of the release it runs on (`configure`): its reference, its noise;
 # and whether a batch may take the lazy pass (`lazy_choice`).
@@ -92,17 +92,19 @@ PLUGIN_CHANGES = {
     "0.30.0": "the watermarking sampler (a Sampler subclass) goes to upstream's pass",
     "0.31.0": "the fused pass draws murmur3 noise; upstream's dense penalty tables are kept (0.31's PenaltiesState "
               "differs); engines with custom logits processors go to upstream's pass",
-    "0.34.0": "the patch is not written for 0.34 or later: upstream's pass is kept",
+    "0.34.0": "the fused and lazy passes go on as on 0.33 (0.34's sampler keeps its noise, copies and "
+              "argmax ties); the penalty tables stay upstream's",
+    "0.35.0": "the patch is not written for 0.35 or later: upstream's pass is kept",
 }
 
 
 def supports(version: str | None) -> bool:
-    """0.22.x to 0.33.x: the sampler layouts this patch is written for."""
+    """0.22.x to 0.34.x: the sampler layouts this patch is written for."""
     return version is not None and FIRST <= Version(version).release[:2] <= LAST
 
 
 def not_needed(version: str) -> str | None:
-    return None if supports(version) else f"the patch is written for vLLM 0.22.x to 0.33.x, not {version}"
+    return None if supports(version) else f"the patch is written for vLLM 0.22.x to 0.34.x, not {version}"
 
 
 def compact_tables(version: str) -> bool:
@@ -500,7 +502,7 @@ def install_methods(version: str | None = None) -> list[str]:
     `penalty_tables("compact")` (the properties, which build upstream's side in the same process)."""
     version = version or vllm_env.installed_version()
     if not supports(version):
-        raise RuntimeError(f"the sampler_mrv2 patch is written for vLLM 0.22.x to 0.33.x, not {version}")
+        raise RuntimeError(f"the sampler_mrv2 patch is written for vLLM 0.22.x to 0.34.x, not {version}")
     if not UPSTREAM:
         configure(version)
         _install_sampler(vllm_env.import_vllm(SAMPLER).Sampler)

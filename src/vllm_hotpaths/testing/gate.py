@@ -38,7 +38,7 @@ from typing import Callable
 import pytest
 
 from vllm_hotpaths import registry, runners, vllm_env
-from vllm_hotpaths.testing import runner_choice, runner_report
+from vllm_hotpaths.testing import plugin_load, runner_choice, runner_report
 
 
 @dataclass
@@ -70,7 +70,8 @@ class Row:
         if "failed" in self.outcomes:
             return "fail"
         if all(o == "skipped" for o in self.outcomes):
-            return "skip"
+            removed = self.reasons and all(r.startswith(registry.REMOVED_MARK) for r in self.reasons)
+            return "removed" if removed else "skip"
         return "expected-divergence" if self.excused else "pass"
 
     def as_json(self) -> dict:
@@ -255,6 +256,7 @@ class GateOptions:
     record: bool = False
     junit_xml: Path | None = None
     fail_on_skip: bool = False
+    fail_on_removed: bool = False  # a row checking code the installed vLLM removed fails the verdict
     seed: int | None = None  # Hypothesis' seed (the gate draws one when None)
     timeout: float | None = None  # seconds per property (None: by profile)
     runner: str = "all"  # only the hot paths this model runner calls (v1, mrv2, all)
@@ -331,6 +333,7 @@ class GateOptions:
         out += ["--require-cuda"] if self.require_cuda else []
         out += ["--record"] if self.record else []
         out += ["--fail-on-skip"] if self.fail_on_skip else []
+        out += ["--fail-on-removed"] if self.fail_on_removed else []
         out += ["--generated-only"] if self.generated_only else []
         out += ["--junit-xml", str(self.junit_xml)] if self.junit_xml else []
         out += [a for impl in self.impls for a in ("--impl", impl)]
@@ -421,7 +424,7 @@ def record(rows: list[Row], version: str, profile: str, path: Path, environment:
     verdicts = {}
     for name in sorted({r.hotpath for r in rows}):
         mine = [r for r in rows if r.hotpath == name]
-        ran = [r for r in mine if r.status != "skip"]
+        ran = [r for r in mine if r.status not in ("skip", "removed")]
         held = (all(r.status in ("pass", "expected-divergence") for r in ran)
                 and all(r.device not in present for r in mine if r.status == "skip")
                 and any(r.check == "conformance" for r in ran))
@@ -500,6 +503,7 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
         return 2
     started = time.monotonic()
     asking = ThreadPoolExecutor(1).submit(runner_choice.choices) if version else None
+    loading = ThreadPoolExecutor(1).submit(plugin_load.check) if version else None
     plugin = GatePlugin(options.replay_command)
     signal.signal(signal.SIGTERM, interrupted)  # a cancelled CI job still gets its partial report
     partial: list[str] = []
@@ -533,26 +537,33 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     idle = {**plugin.workers.idle(), **idle_elsewhere}
     failed = [r for r in rows if r.status == "fail"]
     skipped = [r for r in rows if r.status == "skip"]
+    removed = [r for r in rows if r.status == "removed"]
     if code not in (0, 5) and not failed and not partial:  # e.g. an error outside any property
         partial.append(f"pytest exited {int(code)} with no failed row: the gate's output above says why")
-    verdict = "FAIL" if failed or partial or code not in (0, 5) or (options.fail_on_skip and skipped) else "PASS"
+    verdict = "FAIL" if (failed or partial or code not in (0, 5) or (options.fail_on_skip and skipped)
+                         or (options.fail_on_removed and removed)) else "PASS"
     stopped = any(p.startswith(("interrupted", "pytest stopped")) for p in partial)
     choice = asking.result() if asking and (asking.done() or not stopped) else []
+    loaded = loading.result() if loading and (loading.done() or not stopped) else None
+    plugin_problem = ([] if loaded is None or loaded["returned"] else
+                      ["vLLM's load_general_plugins() did not return with this package installed: vLLM would not start"])
+    verdict = "FAIL" if plugin_problem else verdict
     report = {"vllm_version": version, "suite": str(options.root), "profile": profile, "seed": options.seed,
               "runner": options.runner, "committed_fixtures": "left out" if options.generated_only else "replayed",
-              "runner_choice": choice,
+              "runner_choice": choice, "plugin_load": loaded,
               "command": "vllm-hotpaths gate " + " ".join(options.cli_args()),
               "environment": environment(options, version), "duration_s": round(duration, 1), "idle_s": idle,
-              "devices": sorted({r.device for r in rows if r.status != "skip"}),
-              "partial": bool(partial), "problems": partial, "verdict": verdict,
+              "devices": sorted({r.device for r in rows if r.status not in ("skip", "removed")}),
+              "removed": removed_hotpaths(rows),
+              "partial": bool(partial), "problems": partial + plugin_problem, "verdict": verdict,
               "results": [r.as_json() for r in rows],
               "runner_changes": runner_report.entries(rows, version, options.root, options.selected_hotpaths())}
     changes = runner_report.lines(report["runner_changes"], version, runner_report.left_out(options))
     write_reports(report, rows, report_dir, changes)
     print("\n" + table(rows))
-    for line in runner_choice.lines(version, choice) if choice else []:
+    for line in (runner_choice.lines(version, choice) if choice else []) + (plugin_load.lines(loaded) if loaded else []):
         print(line)
-    for line in skip_lines(rows) + failure_lines(failed) + [f"- partial report: {p}" for p in partial]:
+    for line in removed_lines(rows) + skip_lines(rows) + failure_lines(failed) + [f"- partial report: {p}" for p in partial] + [f"- {p}" for p in plugin_problem]:
         print(line)
     print(f"\nreports: {report_dir / 'gate-report.json'}, {report_dir / 'gate-report.md'}")
     if record_to is not None:
@@ -566,11 +577,49 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
                       f"({record_to})")
     if options.fail_on_skip and skipped:
         print(f"gate: {len(skipped)} row(s) skipped (--fail-on-skip)")
+    if options.fail_on_removed and removed:
+        print(f"gate: {len(removed)} row(s) check code this vLLM removed (--fail-on-removed)")
     print("\n" + "\n".join(changes))
-    counts = {s: sum(r.status == s for r in rows) for s in ("pass", "expected-divergence", "fail", "skip")}
+    print(f"\nper hot path, on vLLM {version or 'not installed'}:\n" + "\n".join(hotpath_lines(rows)))
+    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
     print(f"\n{verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-          + f" rows; {len(partial)} problem(s); {duration:.0f} s, workers idle: {idle_text(idle)}; seed {options.seed}")
+          + f" rows; {len(partial) + len(plugin_problem)} problem(s); {duration:.0f} s, workers idle: {idle_text(idle)}; seed {options.seed}")
     return 0 if verdict == "PASS" else 1
+
+
+STATUSES = ("pass", "expected-divergence", "fail", "skip", "removed")  # a row's status, as the verdict counts them
+
+
+def hotpath_lines(rows: list[Row]) -> list[str]:
+    """Per hot path, what a bump needs to know: it holds (every row that ran held, conformance
+    among them), its upstream code is gone, it needs work (the checks that failed, the first
+    error), or nothing of it could run here."""
+    lines = []
+    for name in sorted({r.hotpath for r in rows}):
+        mine = [r for r in rows if r.hotpath == name]
+        failed = [r for r in mine if r.status == "fail"]
+        ran = [r for r in mine if r.status not in ("skip", "removed")]
+        if failed:
+            first = next((f["message"].strip().splitlines() for r in failed for f in r.failures if f["message"].strip()), [""])
+            lines.append(f"- {name}: needs work: {', '.join(sorted({f'{r.check} {r.device}' for r in failed}))} failed"
+                         + (f" ({first[-1][:200]})" if first[-1] else ""))
+        elif any(r.status == "removed" for r in mine):
+            lines.append(f"- {name}: removed upstream (no patch to validate)")
+        elif any(r.check == "conformance" for r in ran):
+            lines.append(f"- {name}: holds")
+        else:
+            lines.append(f"- {name}: not checked here (every row that runs vLLM skipped)")
+    return lines
+
+
+def removed_hotpaths(rows: list[Row]) -> dict[str, str]:
+    """Hot path -> what the installed vLLM runs in place of the code it removed (rows `removed`)."""
+    return {r.hotpath: r.reasons[0][len(registry.REMOVED_MARK):] for r in rows if r.status == "removed"}
+
+
+def removed_lines(rows: list[Row]) -> list[str]:
+    """One line per hot path whose upstream code this vLLM removed."""
+    return [f"- removed: {text}" for text in removed_hotpaths(rows).values()]
 
 
 def skip_lines(rows: list[Row]) -> list[str]:
@@ -614,8 +663,11 @@ def write_reports(report: dict, rows: list[Row], report_dir: Path, changes: list
           f"Command: `{report['command']}`", "", table(rows), ""]
     if report["runner_choice"]:
         md += [f"- {line.strip()}" for line in runner_choice.lines(report["vllm_version"], report["runner_choice"])]
-    md += skip_lines(rows) + failure_lines([r for r in rows if r.status == "fail"])
-    md += [f"- partial report: {p}" for p in report["problems"]]
+    if report.get("plugin_load"):
+        md += [f"- {line.strip()}" for line in plugin_load.lines(report["plugin_load"])]
+    md += ["", "Per hot path:", *hotpath_lines(rows), ""]
+    md += removed_lines(rows) + skip_lines(rows) + failure_lines([r for r in rows if r.status == "fail"])
+    md += [f"- {'partial report: ' if report['partial'] else ''}{p}" for p in report["problems"]]
     md += [f"- expected divergence: {x}" for x in excused]
     if changes:
         md += ["", f"## {changes[0]}", *changes[1:]]

@@ -911,3 +911,17 @@ LEDGER += [
         affects=_resumed_scheduled_before,
     ),
 ]
+
+# cached_request_data: 0.34.0's scheduler (read in the release's source): a resumed request is
+# scheduled as a new one, and the message loses the resumed ids and the token lists.
+CACHED_REQUEST_DATA_034 = "https://github.com/vllm-project/vllm/blob/v0.34.0/vllm/v1/core/sched/scheduler.py"
+
+LEDGER += [
+    _change_from(
+        "0.34.0", "cached_request_data", CACHED_REQUEST_DATA_034 + "#L1979-L2025",
+        summary="CachedRequestData has no resumed_req_ids and no all_token_ids (Model Runner V2, the only "
+                "runner, keeps its own token history), and a resumed request is scheduled as a new one, "
+                "re-sent in full (L1619-L1626), so it is not in this message: every step's message differs",
+        affects=lambda case: hasattr(case, "requests"), shows="fields",
+    ),
+]

@@ -31,10 +31,10 @@ from pathlib import Path
 
 from vllm_hotpaths import registry
 from vllm_hotpaths.registry import version_key
-from vllm_hotpaths.testing import fingerprint, gate, release_changes, releases, runner_choice
+from vllm_hotpaths.testing import fingerprint, gate, plugin_load, release_changes, releases, runner_choice
 from vllm_hotpaths.testing.gate import PROFILES
 
-STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip")
+STATUS_ORDER = ("fail", "expected-divergence", "pass", "skip", "removed")
 
 
 class Interrupted(Exception):
@@ -145,7 +145,9 @@ def hotpath_status(rows: list[dict]) -> str:
     (the hot path is not in that release), it is `skip`, whatever the rows that run no vLLM code
     (marked `own`: our fast path against our reference, the same on every release) say."""
     upstream = [r for r in rows if not r.get("own")]
-    if upstream and all(r["status"] == "skip" for r in upstream):
+    if upstream and all(r["status"] == "removed" for r in upstream):
+        return "removed"
+    if upstream and all(r["status"] in ("skip", "removed") for r in upstream):
         return "skip"
     statuses = {r["status"] for r in rows}
     return next((s for s in STATUS_ORDER if s in statuses), "skip")
@@ -274,11 +276,14 @@ class Matrix:
                 rows = [{**r, "fixture": self._relative(r["fixture"])} for r in report["results"] if r["hotpath"] == name]
                 cells[name] = self._own_cell(rows, own["hotpaths"][name], traced.get(name, []), vllm_root, here[name])
         choice = report["runner_choice"] if report else runner_choice.choices(str(python))
+        loaded = (report or {}).get("plugin_load") or plugin_load.check(str(python))
+        if not loaded["returned"]:
+            self.log(f"matrix: vLLM {version}: " + plugin_load.lines(loaded)[0])
         result = {"version": version, "commit": self.commit, "profile": self.profile,
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   "duration_s": round(time.monotonic() - started, 1),
                   "gates": gates,
-                  "runner_choice": choice, "hotpaths": cells}
+                  "runner_choice": choice, "plugin_load": loaded, "hotpaths": cells}
         with self.lock:
             self.store.mkdir(parents=True, exist_ok=True)
             self.path(version).write_text(json.dumps(result, indent=1) + "\n")
@@ -338,7 +343,7 @@ class Matrix:
         """The cell of a hot path gated on this release: its rows that run vLLM with `own`, the rows
         that run no vLLM code (gated once for every release)."""
         rows = rows + own
-        ran = [r for r in rows if r["status"] != "skip"]
+        ran = [r for r in rows if r["status"] not in ("skip", "removed")]
         # What `gate --record` asks (testing.gate.record): every row that ran held, skips only
         # where no GPU was, and conformance ran.
         held = (all(r["status"] in ("pass", "expected-divergence") for r in ran)
@@ -467,9 +472,10 @@ def run(args) -> int:
         signal.signal(signal.SIGTERM, sigterm)
     page = write_page(matrix, chosen, time.monotonic() - started, problems, " ".join(sys.argv[1:]))
     print(f"matrix: {len(finished)} of {len(chosen)} releases done; page {page}")
-    failing = [r["version"] for r in finished if any(c["status"] == "fail" for c in r["hotpaths"].values())]
+    failing = [r["version"] for r in finished if any(c["status"] == "fail" for c in r["hotpaths"].values())
+               or not r.get("plugin_load", {"returned": True})["returned"]]
     if failing:
-        print(f"matrix: a hot path fails on {', '.join(failing)}")
+        print(f"matrix: a hot path fails, or vLLM's plugin loading raised, on {', '.join(failing)}")
     return 1 if failing or problems else 0
 
 
@@ -481,8 +487,12 @@ def cell_text(cell: dict | None) -> str:
         text += f" (= {cell['shared_with']}, {cell['fingerprint']})"
     if cell["status"] == "expected-divergence":
         text += " " + " ".join(f"[{i + 1}]({link})" for i, link in enumerate(cell["excused"]))
-    if cell["status"] == "skip" and cell.get("skip_reasons"):
-        text += f": {cell['skip_reasons'][0][:160]}"
+    reasons = cell.get("skip_reasons") or []
+    if cell["status"] == "removed":
+        # what runs in its place (the release that removed the code is the row's, or an earlier one's)
+        reasons = [r.split("; ", 1)[-1] for r in reasons if r.startswith(registry.REMOVED_MARK)]
+    if cell["status"] in ("skip", "removed") and reasons:
+        text += f": {reasons[0][:160]}"
     return text.replace("|", "/")
 
 
@@ -501,8 +511,9 @@ def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: lis
              f"this run took {duration:.0f} s.", ""]
     lines += [f"- {p}" for p in problems] + ([""] if problems else [])
     lines += ["A cell is the hot path's verdict on that release (every check and device of its gate rows): "
-              "`pass`, `expected-divergence` (the ledger entries that named the differences), `fail`, or "
-              "`skip` (what vLLM does there). `(= X, fingerprint)`: the release runs the same vLLM code for "
+              "`pass`, `expected-divergence` (the ledger entries that named the differences), `fail`, "
+              "`skip` (what vLLM does there), or `removed` (the release removed the code the hot path "
+              "replaces: what runs in its place). `(= X, fingerprint)`: the release runs the same vLLM code for "
               "that hot path as release X, in the same suite segment, so X's verdict stands for it. "
               "The rows that run no vLLM code (our fast path against our reference) ran once, where no "
               "vLLM is installed, and are part of every cell.", ""]
@@ -517,13 +528,17 @@ def write_page(matrix: Matrix, chosen: list[str], duration: float, problems: lis
             cells = results.get(version, {}).get("hotpaths", {})
             lines.append(f"| {version} | " + " | ".join(cell_text(cells.get(n)) for n in names) + " |")
         lines.append("")
-    lines += ["## The runner vLLM picks", "", "| release | " + " | ".join(runner_choice.CONFIGURATIONS) + " |",
-              "|---|" + "---|" * len(runner_choice.CONFIGURATIONS)]
+    lines += ["## The runner vLLM picks, and its plugin loading", "",
+              "| release | " + " | ".join(runner_choice.CONFIGURATIONS) + " | load_general_plugins() |",
+              "|---|" + "---|" * (len(runner_choice.CONFIGURATIONS) + 1)]
     for version, result in results.items():
         answers = {a["configuration"]: a["runner"] or f"not decided ({a.get('error', '')[:60]})"
                    for a in result["runner_choice"]}
+        loaded = result.get("plugin_load")
+        loading = ("not asked" if loaded is None else "returned" if loaded["returned"]
+                   else f"RAISED ({loaded['error'][:60]})")
         lines.append(f"| {version} | " + " | ".join(answers.get(c, answers.get("all", "?"))
-                                                    for c in runner_choice.CONFIGURATIONS) + " |")
+                                                    for c in runner_choice.CONFIGURATIONS) + f" | {loading} |")
     lines += ["", "## What changes from one release to the next", "",
               "Known to this suite (a hot path that appears, a reference keyed at the release, a ledger "
               "entry that starts or ends there, the runner vLLM picks); `vllm-hotpaths changes X Y` "

@@ -1,7 +1,8 @@
 """What changes for your sampled tokens from one vLLM release to another, composed from the
 changes between consecutive releases that this suite knows: a hot path that appears, a frozen
 reference keyed at a release (upstream's semantics changed there), a ledger entry whose range
-starts or ends there (an upstream change or bug, with its link), what a plugin patch does from
+starts or ends there (an upstream change or bug, with its link), a hot path whose upstream code
+the release removed (what runs in its place), what a plugin patch does from
 there on (its module's PLUGIN_CHANGES), and, where the release matrix
 recorded them, the runner vLLM picks for the usual configurations.
 
@@ -38,7 +39,11 @@ def step(previous: str, current: str, runner_choice: dict[str, dict] | None = No
     lines = []
     for hotpath in registry.HOTPATHS.values():
         runner = f"{hotpath.name} ({hotpath.runner})"
-        if not hotpath.exists_in(previous) and hotpath.exists_in(current):
+        if hotpath.removed_in(current) and not hotpath.removed_in(previous):
+            lines.append(f"{runner}: removed upstream: {hotpath.removed_in(current).partition(': ')[2]}")
+        elif hotpath.removed_in(current):
+            continue
+        elif not hotpath.exists_in(previous) and hotpath.exists_in(current):
             lines.append(f"{runner}: appears in {current}")
         elif hotpath.exists_in(previous) and \
                 hotpath.reference_version_for(previous) != hotpath.reference_version_for(current):
@@ -98,9 +103,13 @@ def run(args) -> int:
         print(f"changes: {err}", file=sys.stderr)
         return 2
     print(f"What changes for your sampled tokens from vLLM {first} to {last} (known to this suite):")
+    gated = set(recorded_runner_choice(Path(args.store)))
     for current, lines in steps:
         for line in lines:
             print(f"- {current}: {line}")
+        if current not in gated:
+            print(f"- {current}: never gated by this suite, so changes it makes are not known here; gate it "
+                  f"with `vllm-hotpaths gate --vllm {current}` (or `vllm-hotpaths matrix {current}`)")
     if not any(lines for _, lines in steps):
         print("- nothing this suite knows of")
     return 0

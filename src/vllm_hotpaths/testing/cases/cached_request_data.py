@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from vllm_hotpaths.cached_request_data import FIELDS
 from vllm_hotpaths.testing.cases import note
 from vllm_hotpaths.testing.laws import CaseLog, Checks, Side
 
@@ -177,7 +176,7 @@ def shared_objects(fields: dict) -> list[tuple[str, str]]:
     places: dict[int, str] = {}
     pairs = []
     lists = [(f"new_token_ids[{i}]", v) for i, v in enumerate(fields["new_token_ids"])]
-    lists += [(f"all_token_ids[{k!r}]", v) for k, v in fields["all_token_ids"].items()]
+    lists += [(f"all_token_ids[{k!r}]", v) for k, v in fields.get("all_token_ids", {}).items()]
     for i, groups in enumerate(fields["new_block_ids"]):
         lists += [(f"new_block_ids[{i}][{g}]", v) for g, v in enumerate(groups or ())]
     for place, value in lists:
@@ -192,15 +191,16 @@ def assert_same_fields(expected_out, actual_out, expected: Side, actual: Side, i
         assert expected_out == actual_out, (f"{what}: {actual.label} gave {str(actual_out)[:300]}, "
                                             f"{expected.label} gave {str(expected_out)[:300]}")
         return
-    assert sorted(actual_out) == sorted(FIELDS), f"{what}: {actual.label} returned fields {sorted(actual_out)}"
-    for name in FIELDS:
+    assert sorted(actual_out) == sorted(expected_out), (
+        f"{what}: {actual.label} returned fields {sorted(actual_out)}, {expected.label} {sorted(expected_out)}")
+    for name in expected_out:
         assert typed(actual_out[name]) == typed(expected_out[name]), (
             f"{what}: {name} differs: {actual.label} {actual_out[name]!r}, {expected.label} {expected_out[name]!r}")
     assert shared_objects(actual_out) == shared_objects(expected_out), (
         f"{what}: {actual.label} shares list objects {shared_objects(actual_out)}, "
         f"{expected.label} {shared_objects(expected_out)}")
     tokens = {id(r._all_token_ids) for r in inputs.running + inputs.resumed if hasattr(r, "_all_token_ids")}
-    kept = [k for k, v in actual_out["all_token_ids"].items() if id(v) in tokens]
+    kept = [k for k, v in actual_out.get("all_token_ids", {}).items() if id(v) in tokens]
     assert not kept, f"{what}: {actual.label} sends the request's own token list for {kept}, not a copy"
 
 
@@ -275,7 +275,13 @@ class CachedRequestDataChecks(Checks):
 
     def refuse_alike(self, case: BadStep, expected: Side, actual: Side, device, log: CaseLog) -> None:
         first = outcome(expected, inputs_of(case.step, dropped=case.dropped))
-        second = outcome(actual, inputs_of(case.step, dropped=case.dropped))
+        second_inputs = inputs_of(case.step, dropped=case.dropped)
+        second = outcome(actual, second_inputs)
+        resumed = {r.request_id for r in case.step.requests[len(case.step.requests) - case.step.resumed:]}
+        if not isinstance(first, tuple) and {request_id for _, request_id in case.dropped} <= resumed:
+            # from 0.34 resumed requests never reach the call: their entries are not read
+            assert_same_fields(first, second, expected, actual, second_inputs, f"step without {case.dropped}")
+            return
         assert isinstance(first, tuple), f"{expected.label} accepted a step with {case.dropped} left out"
         assert first == second, f"{actual.label} gave {str(second)[:300]}, {expected.label} refused: {first}"
 

@@ -5,15 +5,18 @@ tokens) and `KVCacheBlocks` of `KVCacheBlock`s, one vLLM object per stand-in obj
 empty blocks stay one object); the scheduler is the case's four attributes, as the method reads
 them. Upstream's refusals (its assertion on a resumed request scheduled in the previous step, a
 KeyError for a missing entry) are given as the contract's `InvalidSchedulerInput`, naming the
-request the reference names.
+request the reference names. From 0.34 vLLM's method takes no resumed requests (they are
+scheduled as new ones): the case's resumed requests are left out of its call, as vLLM's scheduler
+leaves them out.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 from vllm_hotpaths import vllm_env
-from vllm_hotpaths.cached_request_data import FIELDS, InvalidSchedulerInput
+from vllm_hotpaths.cached_request_data import InvalidSchedulerInput
 
 
 def scheduler_class():
@@ -24,6 +27,22 @@ def upstream_method():
     """vLLM's own method, even while the plugin's patch is installed."""
     method = scheduler_class()._make_cached_request_data
     return getattr(method, "hotpaths_upstream", method)
+
+
+def takes_resumed(method) -> bool:
+    """Whether vLLM's method takes resumed requests (0.16 to 0.33)."""
+    return "resumed_reqs" in inspect.signature(method).parameters
+
+
+def arguments(method, inputs) -> tuple:
+    """The case's arguments as `method` takes them: without the resumed requests from 0.34."""
+    every = inputs.arguments()
+    return every if takes_resumed(method) else every[:2] + every[3:]
+
+
+def fields_of(data) -> dict:
+    """vLLM's CachedRequestData as {field: value}, its own fields in order."""
+    return {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
 
 
 def vllm_request(request_id: str, prompt: list[int], outputs: list[int], num_computed_tokens: int, placeholders: int):
@@ -82,11 +101,12 @@ class LiveCachedRequestData:
 
         inputs = as_vllm(Inputs(scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens,
                                 req_to_new_blocks))
+        method = upstream_method()
         try:
-            data = upstream_method()(*inputs.arguments())
+            data = method(*arguments(method, inputs))
         except (AssertionError, KeyError) as error:
             raise first_problem(inputs, error) from error
-        return {name: getattr(data, name) for name in FIELDS}
+        return fields_of(data)
 
 
 def vllm_inputs(step):
@@ -101,7 +121,7 @@ def call(method, inputs):
     from vllm_hotpaths.testing.cases.cached_request_data import typed
 
     try:
-        data = method(*inputs.arguments())
+        data = method(*arguments(upstream_method(), inputs))
     except Exception as error:  # upstream's own error must be the patched one's
         return ("raised", type(error).__name__, str(error))
-    return [(name, typed(getattr(data, name))) for name in FIELDS]
+    return [(name, typed(value)) for name, value in fields_of(data).items()]
