@@ -263,7 +263,7 @@ def test_a_row_whose_upstream_the_release_removed_is_counted_apart_and_never_rec
     a skip, not a failure), the gate names what runs instead, and `--record` validates nothing."""
     from vllm_hotpaths.testing.gate import Row, record, removed_lines
 
-    said = registry.REMOVED_MARK + registry.get("swap_states").removed_in("0.34.0")
+    said = "Skipped: " + registry.REMOVED_MARK + registry.get("swap_states").removed_in("0.34.0")
     rows = [Row("swap_states", "conformance", "cpu", "reference@0.27.0", ["skipped"], reasons=[said]),
             Row("swap_states", "equivalence", "cpu", "memmove@0.27.0", ["passed"]),
             Row("penalties", "conformance", "cpu", "reference@0.16.0", ["skipped"], reasons=["no CUDA device"])]

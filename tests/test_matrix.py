@@ -357,7 +357,7 @@ def test_a_hot_path_whose_upstream_a_release_removed_is_removed_with_what_runs_i
     page names what the release runs in its place; a removal beside a plain skip is a skip."""
     from vllm_hotpaths import registry
 
-    removed = registry.REMOVED_MARK + registry.get("penalties").removed_in("0.34.0")
+    removed = "Skipped: " + registry.REMOVED_MARK + registry.get("penalties").removed_in("0.34.0")
     rows = [{"check": "equivalence", "status": "pass", "own": True},
             {"check": "conformance", "status": "removed", "skip_reasons": [removed]}]
     assert matrix.hotpath_status(rows) == "removed"

@@ -7,6 +7,8 @@
 #
 #   with network:  bash ci/gpu/vllm-unit-tests.sh fetch [VERSION]   (default: the installed vLLM)
 #                  -> carry/vllm-tests/<VERSION>: the test files from vLLM's source distribution
+#                  (SOURCE=DIR: from that unpacked source tree instead); a release keeps those of
+#                  the files it has (0.34 removed Model Runner v1 and its sampler's tests)
 #   with vLLM:     bash ci/gpu/vllm-unit-tests.sh run [VERSION]
 #                  -> $OUT (default vllm-unit-tests/): per run a log and a JUnit report per file
 #                  MRV2_ONLY=1: Model Runner V2's sampler tests alone (a release's Python files
@@ -43,17 +45,17 @@ fetch() {
   local version=${1:-$(installed)} work src
   : "${version:?name the vLLM version (none is installed)}"
   work=$(mktemp -d)
-  # vLLM's sdist cannot be built here; pip leaves it unpacked in its temporary folder.
-  TMPDIR=$work "$PYTHON" -m pip download -q --no-deps --no-binary :all: --no-clean "vllm==$version" \
-    -d "$work/dl" >/dev/null 2>&1
-  src=$(ls -d "$work"/pip-*/vllm_*/ 2>/dev/null | head -1)
-  [ -n "$src" ] && [ -f "$src/tests/v1/sample/test_sampler.py" ] || {
-    echo "fetch: vLLM $version's source distribution did not unpack under $work" >&2; exit 2; }
+  src=${SOURCE:-}
+  if [ -z "$src" ]; then
+    # vLLM's sdist cannot be built here; pip leaves it unpacked in its temporary folder.
+    TMPDIR=$work "$PYTHON" -m pip download -q --no-deps --no-binary :all: --no-clean "vllm==$version" \
+      -d "$work/dl" >/dev/null 2>&1
+    src=$(ls -d "$work"/pip-*/vllm_*/ 2>/dev/null | head -1)
+  fi
+  [ -n "$src" ] && [ -d "$src/tests/v1" ] || {
+    echo "fetch: vLLM $version's source distribution did not unpack under ${SOURCE:-$work}" >&2; exit 2; }
   rm -rf "carry/vllm-tests/$version" && mkdir -p "carry/vllm-tests/$version"
-  for f in "${FILES[@]}"; do
-    mkdir -p "carry/vllm-tests/$version/$(dirname "$f")" && cp "$src/$f" "carry/vllm-tests/$version/$f"
-  done
-  for f in "${MRV2_TESTS[@]}"; do
+  for f in "${FILES[@]}" "${MRV2_TESTS[@]}"; do
     [ -f "$src/$f" ] && mkdir -p "carry/vllm-tests/$version/$(dirname "$f")" && cp "$src/$f" "carry/vllm-tests/$version/$f"
   done
   rm -rf "$work"
@@ -75,7 +77,8 @@ run() {
   # The scheduler tests load two models' configs and tokenizers from the Hub: a cache stands in.
   "$PYTHON" ci/gpu/vllm-tests-shim/hub_cache.py "$tree/hub"
   export HF_HUB_OFFLINE=1 HF_HUB_CACHE="$tree/hub"
-  local tests=("${TESTS[@]}") f
+  local tests=() f
+  for f in "${TESTS[@]}"; do [ -f "$tree/$f" ] && tests+=("$f"); done  # those the release has
   [ "${MRV2_ONLY:-0}" = 1 ] && tests=()  # only Model Runner V2's sampler tests (the sampler_mrv2 patch)
   for f in "${MRV2_TESTS[@]}"; do [ -f "$tree/$f" ] && tests+=("$f"); done
   if [ -n "${ONLY:-}" ]; then  # these files alone, by name without .py

@@ -281,6 +281,13 @@ V1_REMOVED = "0.34.0"
 # How a skipped property says its upstream code is gone (`HotPath.removed`): the gate's status `removed`.
 REMOVED_MARK = "removed upstream: "
 
+
+def removal(skip_reason: str) -> str | None:
+    """What a skip reason says the release runs instead of removed code (pytest's report puts
+    "Skipped: " before the reason), or None for any other skip."""
+    reason = skip_reason.removeprefix("Skipped: ")
+    return reason[len(REMOVED_MARK):] if reason.startswith(REMOVED_MARK) else None
+
 # Model Runner V2 before 0.22: opt-in (VLLM_USE_V2_MODEL_RUNNER=1); engines run v1 by default.
 MRV2_OPT_IN = "Model Runner V2 is opt-in (VLLM_USE_V2_MODEL_RUNNER=1; engines run Model Runner v1 by default)"
 

@@ -70,7 +70,7 @@ class Row:
         if "failed" in self.outcomes:
             return "fail"
         if all(o == "skipped" for o in self.outcomes):
-            removed = self.reasons and all(r.startswith(registry.REMOVED_MARK) for r in self.reasons)
+            removed = self.reasons and all(registry.removal(r) for r in self.reasons)
             return "removed" if removed else "skip"
         return "expected-divergence" if self.excused else "pass"
 
@@ -614,7 +614,7 @@ def hotpath_lines(rows: list[Row]) -> list[str]:
 
 def removed_hotpaths(rows: list[Row]) -> dict[str, str]:
     """Hot path -> what the installed vLLM runs in place of the code it removed (rows `removed`)."""
-    return {r.hotpath: r.reasons[0][len(registry.REMOVED_MARK):] for r in rows if r.status == "removed"}
+    return {r.hotpath: registry.removal(r.reasons[0]) for r in rows if r.status == "removed"}
 
 
 def removed_lines(rows: list[Row]) -> list[str]:

@@ -490,7 +490,7 @@ def cell_text(cell: dict | None) -> str:
     reasons = cell.get("skip_reasons") or []
     if cell["status"] == "removed":
         # what runs in its place (the release that removed the code is the row's, or an earlier one's)
-        reasons = [r.split("; ", 1)[-1] for r in reasons if r.startswith(registry.REMOVED_MARK)]
+        reasons = [registry.removal(r).split("; ", 1)[-1] for r in reasons if registry.removal(r)]
     if cell["status"] in ("skip", "removed") and reasons:
         text += f": {reasons[0][:160]}"
     return text.replace("|", "/")
