@@ -353,15 +353,16 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
 
 
 def test_a_hot_path_whose_upstream_a_release_removed_is_removed_with_what_runs_instead():
-    """Every row that runs vLLM says its code is gone: the cell is `removed`, not a skip, and the
-    page names what the release runs in its place; a removal beside a plain skip is a skip."""
+    """A row that runs vLLM says its code is gone: the cell is `removed`, not a skip, also beside
+    rows skipped for another reason, and the page names what the release runs in its place."""
     from vllm_hotpaths import registry
 
     removed = "Skipped: " + registry.REMOVED_MARK + registry.get("penalties").removed_in("0.34.0")
     rows = [{"check": "equivalence", "status": "pass", "own": True},
             {"check": "conformance", "status": "removed", "skip_reasons": [removed]}]
     assert matrix.hotpath_status(rows) == "removed"
-    assert matrix.hotpath_status(rows + [{"check": "drift", "status": "skip"}]) == "skip"
+    assert matrix.hotpath_status(rows + [{"check": "drift", "status": "skip"}]) == "removed"
+    assert matrix.hotpath_status([rows[0], {"check": "drift", "status": "skip"}]) == "skip"
     text = matrix.cell_text({"status": "removed", "skip_reasons": ["Triton kernels on CPU tensors ...", removed]})
     assert text.startswith("removed: Model Runner V2's PenaltiesState runs in its place"), text
     assert "penalties_mrv2" in text, text

@@ -42,3 +42,28 @@ def test_vllm_without_model_runner_v1_starts_with_the_plugin(pytestconfig, relea
     for name in ("penalties", "think_budget", "swap_states", "recovered_tokens"):
         assert any(f"{name}: vLLM 0.34.0 removed" in line for line in result["log"]), result["log"]
     assert any("this engine runs Model Runner V2" in line for line in result["log"]), result["log"]
+
+
+def test_the_answer_is_kept_until_what_it_depends_on_changes(tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(plugin_load, "check", lambda: asked.append(1) or {"returned": True, "installed": {}, "log": []})
+    store = tmp_path / "kept.json"
+    validated = tmp_path / "validated.json"
+    validated.write_text("{}")
+    monkeypatch.setenv("VLLM_HOTPATHS_VALIDATED", str(validated))
+    plugin_load.kept_or_checked(store)
+    plugin_load.kept_or_checked(store)
+    assert len(asked) == 1
+    validated.write_text('{"penalties": {}}')  # another validated file: asked again
+    plugin_load.kept_or_checked(store)
+    monkeypatch.setenv("VLLM_HOTPATHS", "off")  # another selection: asked again
+    plugin_load.kept_or_checked(store)
+    assert len(asked) == 3
+
+
+def test_a_call_that_did_not_return_is_never_kept(tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(plugin_load, "check", lambda: asked.append(1) or {"returned": False, "error": "exit 1"})
+    plugin_load.kept_or_checked(tmp_path / "kept.json")
+    plugin_load.kept_or_checked(tmp_path / "kept.json")
+    assert len(asked) == 2

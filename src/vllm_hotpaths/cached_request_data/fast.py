@@ -39,7 +39,7 @@ class ColumnwiseCachedRequestData(CachedRequestData016):
             return super().make(scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks)
         resumed = resumed if self.fields is FIELDS else []
         requests = [*running, *resumed]
-        previous = scheduler.prev_step_scheduled_req_ids
+        previous = scheduler.prev_step_scheduled_req_ids if self.fields is FIELDS else set()
         req_ids = [r.request_id for r in requests]
         try:
             resumed_ids = {r.request_id for r in resumed}
@@ -66,3 +66,4 @@ class ColumnwiseCachedRequestData024(ColumnwiseCachedRequestData):
 
 class ColumnwiseCachedRequestData034(ColumnwiseCachedRequestData024):
     fields = CachedRequestData034.fields
+    scheduler_reads = CachedRequestData034.scheduler_reads

@@ -21,6 +21,8 @@ class CachedRequestData016:
     refuses_resumed_scheduled_before = True  # upstream's assertion (0.16 to 0.23)
     history_for_v1_only = False  # 0.24: Model Runner V2 keeps its own token history
     fields = FIELDS  # 0.34: no resumed ids, no token lists, no resumed requests in the call
+    # What the release's scheduler has and the method reads (0.34's has no previous step's ids)
+    scheduler_reads = ("use_pp", "scheduler_config", "prev_step_scheduled_req_ids")
 
     def make(self, scheduler, running: list, resumed: list, num_scheduled_tokens: dict,
              spec_decode_tokens: dict, req_to_new_blocks: dict) -> dict:
@@ -32,7 +34,7 @@ class CachedRequestData016:
         # tokens to the first, so the scheduler sends the tokens each request feeds.
         sends_tokens = scheduler.use_pp and not scheduler.scheduler_config.async_scheduling
         sends_history = self.fields is FIELDS and not (self.history_for_v1_only and scheduler.use_v2_model_runner)
-        previous = scheduler.prev_step_scheduled_req_ids
+        previous = scheduler.prev_step_scheduled_req_ids if self.fields is FIELDS else set()
         for index, request in enumerate([*running, *resumed]):
             request_id = request.request_id
             fields["req_ids"].append(request_id)
@@ -58,7 +60,9 @@ class CachedRequestData016:
 class CachedRequestData024(CachedRequestData016):
     refuses_resumed_scheduled_before = False
     history_for_v1_only = True
+    scheduler_reads = CachedRequestData016.scheduler_reads + ("use_v2_model_runner",)
 
 
 class CachedRequestData034(CachedRequestData024):
     fields = FIELDS_034
+    scheduler_reads = ("use_pp", "scheduler_config")

@@ -142,13 +142,12 @@ def segment(version: str, boundaries: list[str]) -> str:
 
 def hotpath_status(rows: list[dict]) -> str:
     """The hot path's verdict on a release. Where every row that runs the release's vLLM skips
-    (the hot path is not in that release), it is `skip`, whatever the rows that run no vLLM code
-    (marked `own`: our fast path against our reference, the same on every release) say."""
+    (the hot path is not in that release), it is `skip`, or `removed` where one of them says the
+    release removed its code, whatever the rows that run no vLLM code (marked `own`: our fast path
+    against our reference, the same on every release) say."""
     upstream = [r for r in rows if not r.get("own")]
-    if upstream and all(r["status"] == "removed" for r in upstream):
-        return "removed"
     if upstream and all(r["status"] in ("skip", "removed") for r in upstream):
-        return "skip"
+        return "removed" if any(r["status"] == "removed" for r in upstream) else "skip"
     statuses = {r["status"] for r in rows}
     return next((s for s in STATUS_ORDER if s in statuses), "skip")
 
@@ -492,7 +491,7 @@ def cell_text(cell: dict | None) -> str:
         # what runs in its place (the release that removed the code is the row's, or an earlier one's)
         reasons = [registry.removal(r).split("; ", 1)[-1] for r in reasons if registry.removal(r)]
     if cell["status"] in ("skip", "removed") and reasons:
-        text += f": {reasons[0][:160]}"
+        text += f": {reasons[0].removeprefix('Skipped: ')[:160]}"
     return text.replace("|", "/")
 
 

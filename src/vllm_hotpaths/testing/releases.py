@@ -168,7 +168,7 @@ def environment(version: str, root: Path, log=print, releases: list[str] | None 
     `base`: an existing environment to layer on instead of `.venvs/base`; `extra`: requirements
     added to the release's own (the tests use both)."""
     version = check_release(version, releases)
-    venvs = root / ".venvs"
+    venvs = root.resolve() / ".venvs"  # the .pth below names the base by this path: never a relative one
     if base is None:
         base = venvs / "base"
         make_base(root, base)

@@ -125,14 +125,27 @@ class Inputs:
                 self.req_to_new_blocks)
 
 
-def scheduler_of(step: ScheduledStep) -> SimpleNamespace:
-    return SimpleNamespace(use_pp=step.use_pp, scheduler_config=SimpleNamespace(async_scheduling=step.async_scheduling),
-                           prev_step_scheduled_req_ids=set(step.previous), use_v2_model_runner=step.use_v2_model_runner)
+# Every scheduler attribute a release's method reads; a reference names those of its release
+# (`scheduler_reads`): 0.34's scheduler has no previous step's ids and no runner flag.
+READS = ("use_pp", "scheduler_config", "prev_step_scheduled_req_ids", "use_v2_model_runner")
 
 
-def inputs_of(step: ScheduledStep, dropped: tuple[tuple[str, str], ...] = ()) -> Inputs:
+def scheduler_of(step: ScheduledStep, reads: tuple[str, ...] = READS) -> SimpleNamespace:
+    """The scheduler with only the attributes `reads` names (an implementation that reads another
+    meets an AttributeError, as it would in that release's scheduler)."""
+    every = dict(use_pp=step.use_pp, scheduler_config=SimpleNamespace(async_scheduling=step.async_scheduling),
+                 prev_step_scheduled_req_ids=set(step.previous), use_v2_model_runner=step.use_v2_model_runner)
+    return SimpleNamespace(**{name: value for name, value in every.items() if name in reads})
+
+
+def reads_of(side: Side) -> tuple[str, ...]:
+    """The scheduler attributes the side's release has (its reference's, where it names them)."""
+    return getattr(side.factory, "scheduler_reads", READS)
+
+
+def inputs_of(step: ScheduledStep, dropped: tuple[tuple[str, str], ...] = (), reads: tuple[str, ...] = READS) -> Inputs:
     """The step's arguments on stand-ins, every SHARED_EMPTY request given one empty blocks
-    object; `dropped`: (table, request id) entries left out."""
+    object; `dropped`: (table, request id) entries left out; `reads`: the scheduler's attributes."""
     num_groups = next((len(r.blocks) for r in step.requests if r.blocks != SHARED_EMPTY), 1)
     shared = StandInBlocks(((),) * num_groups)
     requests = [StandInRequest(r) for r in step.requests]
@@ -145,7 +158,7 @@ def inputs_of(step: ScheduledStep, dropped: tuple[tuple[str, str], ...] = ()) ->
     }
     for table, request_id in dropped:
         tables[table].pop(request_id, None)
-    return Inputs(scheduler_of(step), requests[:split], requests[split:], **tables)
+    return Inputs(scheduler_of(step, reads), requests[:split], requests[split:], **tables)
 
 
 def outcome(side: Side, inputs: Inputs):
@@ -209,8 +222,8 @@ def snapshot(inputs: Inputs) -> tuple:
     requests = [(r.request_id, list(r.all_token_ids), r.num_computed_tokens, r.num_output_tokens,
                  r.num_output_placeholders) for r in inputs.running + inputs.resumed]
     scheduler = inputs.scheduler
-    return (requests, len(inputs.running), sorted(scheduler.prev_step_scheduled_req_ids), scheduler.use_pp,
-            scheduler.scheduler_config.async_scheduling, scheduler.use_v2_model_runner,
+    return (requests, len(inputs.running), sorted(getattr(scheduler, "prev_step_scheduled_req_ids", ())),
+            scheduler.use_pp, scheduler.scheduler_config.async_scheduling, getattr(scheduler, "use_v2_model_runner", None),
             inputs.num_scheduled_tokens, inputs.spec_decode_tokens,
             [(k, b.get_block_ids()) for k, b in inputs.req_to_new_blocks.items()])
 
@@ -268,14 +281,16 @@ class CachedRequestDataChecks(Checks):
         return self.draws.bad_steps()
 
     def agree(self, case: ScheduledStep, expected: Side, actual: Side, device, log: CaseLog) -> None:
-        first_inputs, second_inputs = inputs_of(case), inputs_of(case)
+        reads = reads_of(expected)
+        first_inputs, second_inputs = inputs_of(case, reads=reads), inputs_of(case, reads=reads)
         first, second = outcome(expected, first_inputs), outcome(actual, second_inputs)
         assert_same_fields(first, second, expected, actual, second_inputs, f"step of {len(case.requests)} requests")
-        assert snapshot(second_inputs) == snapshot(inputs_of(case)), f"{actual.label} changed its inputs"
+        assert snapshot(second_inputs) == snapshot(inputs_of(case, reads=reads)), f"{actual.label} changed its inputs"
 
     def refuse_alike(self, case: BadStep, expected: Side, actual: Side, device, log: CaseLog) -> None:
-        first = outcome(expected, inputs_of(case.step, dropped=case.dropped))
-        second_inputs = inputs_of(case.step, dropped=case.dropped)
+        reads = reads_of(expected)
+        first = outcome(expected, inputs_of(case.step, dropped=case.dropped, reads=reads))
+        second_inputs = inputs_of(case.step, dropped=case.dropped, reads=reads)
         second = outcome(actual, second_inputs)
         resumed = {r.request_id for r in case.step.requests[len(case.step.requests) - case.step.resumed:]}
         if not isinstance(first, tuple) and {request_id for _, request_id in case.dropped} <= resumed:

@@ -110,10 +110,13 @@ class LiveCachedRequestData:
 
 
 def vllm_inputs(step):
-    """A case's arguments as the patch law hands them to the scheduler: vLLM's own objects."""
+    """A case's arguments as the patch law hands them to the scheduler: vLLM's own objects, the
+    scheduler with the attributes the installed release's has (its reference's `scheduler_reads`)."""
+    from vllm_hotpaths import registry
     from vllm_hotpaths.testing.cases.cached_request_data import inputs_of
 
-    return as_vllm(inputs_of(step))
+    reference = registry.get("cached_request_data").reference(vllm_env.installed_version())
+    return as_vllm(inputs_of(step, reads=reference.scheduler_reads))
 
 
 def call(method, inputs):
