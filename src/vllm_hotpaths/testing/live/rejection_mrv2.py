@@ -1,8 +1,12 @@
 """The installed vLLM's Model Runner V2 `rejection_sample` behind the `rejection_mrv2` contract:
 vLLM's own function (0.21's `probabilistic_rejection_sample` and 0.22 to 0.33's
 `rejection_sample` take the same leading arguments; from 0.34 the draft logits come in vLLM's
-`DraftLogitsCache`, and the engine skips fully masked vocabulary blocks whenever a request may
-mask logits, so both of its paths are run and must agree; the default path: no
+`DraftLogitsCache`, and the engine skips fully masked vocabulary blocks whenever a request of the
+batch may mask logits (a penalty, top-k, top-p, min-p): the adapter returns the path the engine
+takes for the requests the contract describes (none masks), and runs the other, which must agree,
+except on CUDA where a target logit is NaN (there the compiled block maximum passes over NaN
+lanes, and the two paths land on different lanes: docs/rejection_mrv2.md#vllm-0340); the default
+path: no
 synthetic rates, fp32 Gumbel noise, no block verification, watermark, fly or adaptive window), its
 kernels interpreted on CPU. Inputs are checked first (upstream reads at every id unchecked; -1
 placeholder drafts only from 0.25, where upstream rejects them: 0.22 to 0.24 read at -1, PR
@@ -46,6 +50,8 @@ class LiveRejectionSampler:
         arguments = (arguments[0], draft_cache(draft_logits), *arguments[2:])
         sampled, num_sampled = self._sample(*arguments)
         result = fill_tail(sampled, num_sampled), num_sampled
+        if target_logits.is_cuda and bool(target_logits.isnan().any()):
+            return result  # the paths differ there (module docstring)
         skipping = self._sample(*arguments, skip_masked_vocab_blocks=True)
         skipped = fill_tail(*skipping), skipping[1]
         for name, mine, other in zip(("ids", "counts"), result, skipped):
