@@ -59,23 +59,10 @@ def inputs_digest() -> str | None:
 def kept_or_checked(store: Path | None = None) -> dict:
     """`check()`'s answer for this environment, kept under the inputs' digest: a call that did not
     return is asked again every time."""
-    store = store or Path(sys.prefix) / CACHE_NAME
-    key = inputs_digest()
-    try:
-        kept = json.loads(store.read_text())
-    except (OSError, ValueError):
-        kept = {}
-    if key is not None and isinstance(kept, dict) and key in kept:
-        return kept[key]
-    answer = check()
-    if key is not None and answer["returned"]:
-        try:
-            scratch = store.with_name(f"{store.name}.{os.getpid()}")
-            scratch.write_text(json.dumps({key: answer}))
-            os.replace(scratch, store)
-        except OSError:
-            pass
-    return answer
+    from vllm_hotpaths.testing import runner_choice
+
+    return runner_choice.kept_under(store or Path(sys.prefix) / CACHE_NAME, inputs_digest(), lambda: check(),
+                                    keep=lambda answer: answer["returned"])
 
 
 def check(python: str = sys.executable, timeout: float = 300) -> dict:

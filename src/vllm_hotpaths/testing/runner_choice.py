@@ -87,23 +87,27 @@ def inputs_digest(vllm_dir: Path | None = None) -> str | None:
 def kept_or_asked(folder: Path, ask=ask_vllm, store: Path | None = None, vllm_dir: Path | None = None) -> list[dict]:
     """The answers kept in `store` (default: CACHE_NAME in this environment) for the present
     inputs, else `ask(folder)`'s, then kept there (where the folder is writable)."""
-    store = store or Path(sys.prefix) / CACHE_NAME
-    key = inputs_digest(vllm_dir)
+    return kept_under(store or Path(sys.prefix) / CACHE_NAME, inputs_digest(vllm_dir), lambda: ask(folder))
+
+
+def kept_under(store: Path, key: str | None, compute, keep=lambda answer: True):
+    """The answer `store` keeps under `key`, else `compute()`'s, kept there where `keep(answer)`
+    says so and the folder is writable (no key: never kept)."""
     try:
         kept = json.loads(store.read_text())
     except (OSError, ValueError):
         kept = {}
     if key is not None and isinstance(kept, dict) and key in kept:
         return kept[key]
-    answers = ask(folder)
-    if key is not None:
+    answer = compute()
+    if key is not None and keep(answer):
         try:
             scratch = store.with_name(f"{store.name}.{os.getpid()}")
-            scratch.write_text(json.dumps({key: answers}))
+            scratch.write_text(json.dumps({key: answer}))
             os.replace(scratch, store)  # whole, for a gate running beside this one
         except OSError:
             pass
-    return answers
+    return answer
 
 
 def choices(python: str = sys.executable, timeout: float = 180) -> list[dict]:
