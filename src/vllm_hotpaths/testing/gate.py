@@ -563,7 +563,8 @@ def run(options: GateOptions, record_to: Path | None = None) -> int:
     print("\n" + table(rows))
     for line in (runner_choice.lines(version, choice) if choice else []) + (plugin_load.lines(loaded) if loaded else []):
         print(line)
-    for line in removed_lines(rows) + skip_lines(rows) + failure_lines(failed) + [f"- partial report: {p}" for p in partial] + [f"- {p}" for p in plugin_problem]:
+    for line in (removed_lines(rows) + skip_lines(rows) + failure_lines(failed)
+                 + [f"- partial report: {p}" for p in partial] + [f"- {p}" for p in plugin_problem]):
         print(line)
     print(f"\nreports: {report_dir / 'gate-report.json'}, {report_dir / 'gate-report.md'}")
     if record_to is not None:
