@@ -261,6 +261,7 @@ def test_the_rows_that_run_no_vllm_code_run_once_and_join_every_release(monkeypa
     monkeypatch.setattr(fingerprint, "vllm_root_of", lambda python: python)
     monkeypatch.setattr(fingerprint, "fingerprint", lambda vllm_root, functions: f"code of {vllm_root}")
     monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0", "0.22.0"]})
+    monkeypatch.setattr(matrix.plugin_load, "check", lambda python: {"returned": True, "installed": {}, "log": []})
     table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["penalties"], None, None, log=lambda line: None)
     own = table.own_rows()
     assert gates == [("", pytestconfig.rootpath / ".venvs" / "base" / "bin" / "python", ("penalties",), "own")]
@@ -331,6 +332,7 @@ def test_a_recorded_matrix_validates_held_and_shared_hot_paths_and_drops_failed_
     monkeypatch.setattr(fingerprint, "fingerprint", lambda vllm_root, functions: "same code")
     monkeypatch.setattr(matrix.runner_choice, "choices", lambda python: [])
     monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"penalties": ["0.16.0", "0.22.0", "0.23.0"]})
+    monkeypatch.setattr(matrix.plugin_load, "check", lambda python: {"returned": True, "installed": {}, "log": []})
     validated = tmp_path / "validated.json"
     gpu_row = {"profile": "ci", "devices": ["cpu", "cuda"], "implementations": ["incremental"], "commit": "abc1234"}
     for same in (True, False):

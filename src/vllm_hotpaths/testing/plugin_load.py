@@ -73,6 +73,8 @@ def check(python: str = sys.executable, timeout: float = 300) -> dict:
                                env={**os.environ, "VLLM_PLUGINS": "vllm_hotpaths"})
     except subprocess.TimeoutExpired:
         return {"returned": False, "installed": {}, "log": [], "error": f"no answer within {timeout:g} s"}
+    except OSError as err:  # no such interpreter
+        return {"returned": False, "installed": {}, "log": [], "error": f"{type(err).__name__}: {err}"}
     found = [line for line in child.stdout.splitlines() if line.startswith("{")]
     if child.returncode != 0 or not found:
         last = (child.stderr.strip().splitlines() or ["no output"])[-1]
