@@ -74,8 +74,9 @@ class DecodeLoop:
 
         ids = list(output.num_scheduled_tokens)
         sampled = self.rng.integers(0, QWEN3_06B["vocab_size"], len(ids)).tolist()
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: j for j, r in enumerate(ids)},
-                                 sampled_token_ids=[[t] for t in sampled])
+        index = {"req_id_to_index": {r: j for j, r in enumerate(ids)}}  # a field to 0.33
+        return ModelRunnerOutput(req_ids=ids, sampled_token_ids=[[t] for t in sampled],
+                                 **{k: v for k, v in index.items() if k in ModelRunnerOutput.__dataclass_fields__})
 
     def update(self, output, runner_output) -> None:
         self.scheduler.update_from_output(output, runner_output)
