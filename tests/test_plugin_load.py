@@ -32,7 +32,8 @@ def test_a_plugin_that_raises_is_told_as_vllm_failing_to_start(tmp_path, monkeyp
 @pytest.mark.parametrize("release", ["0.34.0"])
 def test_vllm_without_model_runner_v1_starts_with_the_plugin(pytestconfig, release):
     """vLLM 0.34.0, which removed Model Runner v1, in its own environment (`vllm-hotpaths gate
-    --vllm 0.34.0` makes it): its plugin loading returns, and each v1 hot path says it is gone."""
+    --vllm 0.34.0` makes it): its plugin loading returns, each v1 hot path says it is gone, and the
+    patches validated there are installed."""
     python = pytestconfig.rootpath / ".venvs" / f"vllm-{release}" / "bin" / "python"
     if not python.exists():
         pytest.skip(f"no environment for vLLM {release} (`vllm-hotpaths gate --vllm {release}` makes it)")
@@ -42,6 +43,8 @@ def test_vllm_without_model_runner_v1_starts_with_the_plugin(pytestconfig, relea
     for name in ("penalties", "think_budget", "swap_states", "recovered_tokens"):
         assert any(f"{name}: vLLM 0.34.0 removed" in line for line in result["log"]), result["log"]
     assert any("this engine runs Model Runner V2" in line for line in result["log"]), result["log"]
+    # what the committed validated.json records for 0.34.0, installed where a patch applies there
+    assert {n for n, replaced in result["installed"].items() if replaced} == {"sampler_mrv2", "cached_request_data"}
 
 
 def test_the_answer_is_kept_until_what_it_depends_on_changes(tmp_path, monkeypatch):
