@@ -138,9 +138,14 @@ def scheduler_of(step: ScheduledStep, reads: tuple[str, ...] = READS) -> SimpleN
     return SimpleNamespace(**{name: value for name, value in every.items() if name in reads})
 
 
-def reads_of(side: Side) -> tuple[str, ...]:
-    """The scheduler attributes the side's release has (its reference's, where it names them)."""
-    return getattr(side.factory, "scheduler_reads", READS)
+def reads_of(*sides: Side) -> tuple[str, ...]:
+    """The scheduler attributes the sides' releases have, each side's `scheduler_reads` (drift
+    compares an older release's with the installed one's); a candidate naming none adds none."""
+    found = set()
+    for side in sides:
+        reads = getattr(side.factory, "scheduler_reads", ())
+        found.update(reads() if callable(reads) else reads)  # vLLM's own: the installed release's
+    return tuple(name for name in READS if name in found) or READS
 
 
 def inputs_of(step: ScheduledStep, dropped: tuple[tuple[str, str], ...] = (), reads: tuple[str, ...] = READS) -> Inputs:
@@ -281,14 +286,14 @@ class CachedRequestDataChecks(Checks):
         return self.draws.bad_steps()
 
     def agree(self, case: ScheduledStep, expected: Side, actual: Side, device, log: CaseLog) -> None:
-        reads = reads_of(expected)
+        reads = reads_of(expected, actual)
         first_inputs, second_inputs = inputs_of(case, reads=reads), inputs_of(case, reads=reads)
         first, second = outcome(expected, first_inputs), outcome(actual, second_inputs)
         assert_same_fields(first, second, expected, actual, second_inputs, f"step of {len(case.requests)} requests")
         assert snapshot(second_inputs) == snapshot(inputs_of(case, reads=reads)), f"{actual.label} changed its inputs"
 
     def refuse_alike(self, case: BadStep, expected: Side, actual: Side, device, log: CaseLog) -> None:
-        reads = reads_of(expected)
+        reads = reads_of(expected, actual)
         first = outcome(expected, inputs_of(case.step, dropped=case.dropped, reads=reads))
         second_inputs = inputs_of(case.step, dropped=case.dropped, reads=reads)
         second = outcome(actual, second_inputs)

@@ -96,6 +96,13 @@ def first_problem(inputs, error: Exception) -> InvalidSchedulerInput:
 
 
 class LiveCachedRequestData:
+    @classmethod
+    def scheduler_reads(cls) -> tuple[str, ...]:
+        """The installed vLLM's scheduler attributes (its reference's `scheduler_reads`)."""
+        from vllm_hotpaths import registry
+
+        return registry.get("cached_request_data").reference(vllm_env.installed_version()).scheduler_reads
+
     def make(self, scheduler, running, resumed, num_scheduled_tokens, spec_decode_tokens, req_to_new_blocks) -> dict:
         from vllm_hotpaths.testing.cases.cached_request_data import Inputs
 
@@ -112,11 +119,9 @@ class LiveCachedRequestData:
 def vllm_inputs(step):
     """A case's arguments as the patch law hands them to the scheduler: vLLM's own objects, the
     scheduler with the attributes the installed release's has (its reference's `scheduler_reads`)."""
-    from vllm_hotpaths import registry
     from vllm_hotpaths.testing.cases.cached_request_data import inputs_of
 
-    reference = registry.get("cached_request_data").reference(vllm_env.installed_version())
-    return as_vllm(inputs_of(step, reads=reference.scheduler_reads))
+    return as_vllm(inputs_of(step, reads=LiveCachedRequestData.scheduler_reads()))
 
 
 def call(method, inputs):
