@@ -26,7 +26,7 @@ class CachedRequestData016:
 
     def make(self, scheduler, running: list, resumed: list, num_scheduled_tokens: dict,
              spec_decode_tokens: dict, req_to_new_blocks: dict) -> dict:
-        if self.fields is FIELDS_034:
+        if self.fields is not FIELDS:  # 0.34 on: resumed requests never reach the call
             resumed = []
         fields = {name: [] for name in FIELDS}
         fields["resumed_req_ids"], fields["all_token_ids"] = set(), {}
