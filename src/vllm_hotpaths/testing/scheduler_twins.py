@@ -1,0 +1,212 @@
+"""Two of the installed vLLM's schedulers fed the same requests, outputs and aborts in lockstep:
+`upstream` as vLLM ships it, `patched` with the plugin's scheduler patches bound to that one
+object (the class stays upstream's, so both run in one process). After every call the two must
+give the same bits: the call's result, field by field and in order, and the scheduler's state
+(`state`), with the clock frozen so that timestamps agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import importlib
+import time
+import types
+from contextlib import contextmanager
+from unittest import mock
+
+from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing.scheduler_loop import make_scheduler
+
+# The registry's hot paths that replace the scheduler's own methods, and those methods.
+SCHEDULER_MODULES = ("vllm.v1.core.sched.", "vllm.v1.core.kv_cache_manager.")
+
+
+def scheduler_hotpaths() -> list[str]:
+    return [hp.name for hp in registry.HOTPATHS.values() if hp.upstream.startswith(SCHEDULER_MODULES)]
+
+
+def patched_methods(names: list[str]) -> dict[str, object]:
+    """{"Class.method": the function each hot path's patch installs}, taken from the class while
+    the patch is installed and put back at once (the twin binds them to one object)."""
+    found = {}
+    for name in names:
+        module = importlib.import_module(registry.get(name).patch.rsplit(":", 1)[0])
+        try:
+            for replaced in module.install():
+                owner, method = replaced.split(".")
+                found[replaced] = getattr(vllm_env.import_vllm(module.SCHEDULER), owner).__dict__[method]
+        finally:
+            module.uninstall()
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """One scheduler configuration, both twins the same."""
+
+    asynchronous: bool = True
+    policy: str = "fcfs"
+    num_blocks: int = 64
+    block_size: int = 16
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 256
+    max_model_len: int = 256
+    prefix_caching: bool = True
+    long_prefill_token_threshold: int = 0
+
+
+class Clock:
+    """`time.monotonic`, `time.time` and `time.perf_counter` frozen at `now` (advanced by the caller
+    between calls, never within one: both twins see the same instants)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    @contextmanager
+    def frozen(self):
+        read = lambda: self.now  # noqa: E731
+        with mock.patch.object(time, "monotonic", read), mock.patch.object(time, "time", read), \
+                mock.patch.object(time, "perf_counter", read), mock.patch.object(time, "monotonic_ns",
+                                                                                 lambda: int(self.now * 1e9)):
+            yield
+
+
+class Twins:
+    def __init__(self, setup: Setup, patches: dict[str, object]) -> None:
+        self.setup, self.clock = setup, Clock()
+        kwargs = dict(max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
+                      max_model_len=setup.max_model_len, num_blocks=setup.num_blocks, block_size=setup.block_size,
+                      policy=setup.policy, prefix_caching=setup.prefix_caching,
+                      long_prefill_token_threshold=setup.long_prefill_token_threshold)
+        with self.clock.frozen():
+            (self.upstream, self.patched), self.hasher = make_scheduler(setup.asynchronous, count=2, **kwargs)
+        for replaced, function in patches.items():
+            owner = self.patched if replaced.startswith(("Scheduler.", "AsyncScheduler.")) \
+                else self.patched.kv_cache_manager
+            setattr(owner, replaced.split(".")[1], types.MethodType(function, owner))
+
+    def both(self, call):
+        """`call(scheduler)` on each twin under the frozen clock: the two results, or the two
+        exceptions raised (their types must then agree)."""
+        results = []
+        for scheduler in (self.upstream, self.patched):
+            with self.clock.frozen():
+                try:
+                    results.append(("returned", call(scheduler)))
+                except Exception as error:  # compared by type and message
+                    results.append(("raised", error))
+        self.clock.now += 1.0
+        return results
+
+    def request(self, request_id: str, prompt: list[int], *, max_tokens: int, min_tokens: int = 0,
+                eos: int | None = None, stop_token_ids: tuple = (), priority: int = 0):
+        """Two vLLM requests made alike (each scheduler owns and changes its own)."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        made = []
+        for _ in range(2):
+            params = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, stop_token_ids=list(stop_token_ids),
+                                    ignore_eos=eos is None, temperature=1.0)
+            if eos is not None:  # to 0.16 the request takes it instead
+                vllm_env.call(params.update_from_generation_config, {}, eos_token_id=eos)
+            with self.clock.frozen():
+                made.append(vllm_env.call(Request, request_id=request_id, prompt_token_ids=list(prompt),
+                                          sampling_params=params, pooling_params=None, eos_token_id=eos,
+                                          priority=priority, block_hasher=self.hasher))
+        return made
+
+
+def runner_output(scheduler_output, tokens: dict[str, list[int]]):
+    """What the model runner returns for a step: `tokens[id]` for each scheduled request (an
+    empty list for a prefill chunk that does not reach the end of its prompt)."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(scheduler_output.num_scheduled_tokens)
+    index = {"req_id_to_index": {r: j for j, r in enumerate(ids)}}  # a field to 0.33
+    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=[list(tokens.get(r, [])) for r in ids],
+                             **{k: v for k, v in index.items() if k in ModelRunnerOutput.__dataclass_fields__})
+
+
+def samples(scheduler, scheduler_output) -> list[str]:
+    """The scheduled requests the runner samples a token for: those whose computed tokens reach
+    every known token once this step is counted (the scheduler counts them when it schedules)."""
+    return [r for r in scheduler_output.num_scheduled_tokens
+            if r in scheduler.requests and scheduler.requests[r].num_computed_tokens >= scheduler.requests[r].num_tokens]
+
+
+def state(scheduler) -> tuple:
+    """The scheduler's state as plain values: queues in order, every request's own fields, the KV
+    cache manager's blocks per request and the block pool (free queue from head to tail, each
+    block's reference count and hash, the cached hashes in order)."""
+    manager = scheduler.kv_cache_manager
+    pool = manager.block_pool
+    free, block = [], pool.free_block_queue.fake_free_list_head.next_free_block
+    while block is not None and block is not pool.free_block_queue.fake_free_list_tail:
+        free.append(block.block_id)
+        block = block.next_free_block
+    managers = [{"req_to_blocks": [(k, [b.block_id for b in v]) for k, v in m.req_to_blocks.items()],
+                 "num_cached_block": list(m.num_cached_block.items()),
+                 "new_block_ids": list(getattr(m, "new_block_ids", ()))}
+                for m in manager.coordinator.single_type_managers]
+    cached = pool.cached_block_hash_to_block
+    return bits({
+        "running": [r.request_id for r in scheduler.running],
+        "waiting": [r.request_id for r in scheduler.waiting],
+        "skipped_waiting": [r.request_id for r in getattr(scheduler, "skipped_waiting", ())],
+        "requests": scheduler.requests,
+        "finished_req_ids": scheduler.finished_req_ids,
+        "finished_req_ids_dict": getattr(scheduler, "finished_req_ids_dict", None),
+        "prev_step_scheduled_req_ids": getattr(scheduler, "prev_step_scheduled_req_ids", None),
+        "managers": managers,
+        "free_queue": free,
+        "blocks": [(b.block_id, b.ref_cnt, b.block_hash) for b in pool.blocks],
+        "cached_hashes": getattr(cached, "_cache", cached),  # a plain dict to 0.2x, then a map around one
+    })
+
+
+def bits(value, seen: frozenset = frozenset()):
+    """`value` as nested tuples of type names and contents, in iteration order: two values give
+    equal bits only if they are equal field by field with the same types and the same orders.
+    Functions compare by name, KV blocks by id, objects by their fields."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return (type(value).__name__, value)
+    if isinstance(value, enum.Enum):
+        return (type(value).__name__, value.name)
+    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial, types.BuiltinFunctionType)):
+        return ("function", getattr(value, "__qualname__", repr(type(value))))
+    if type(value).__name__ == "KVCacheBlock":
+        return ("KVCacheBlock", value.block_id)
+    if id(value) in seen:
+        return ("cycle", type(value).__name__)
+    seen = seen | {id(value)}
+    if isinstance(value, dict):
+        return (type(value).__name__, tuple((bits(k, seen), bits(v, seen)) for k, v in value.items()))
+    if isinstance(value, (list, tuple, set, frozenset)) or type(value).__name__ in ("ConstantList", "deque"):
+        return (type(value).__name__, tuple(bits(v, seen) for v in value))
+    if hasattr(value, "tolist"):
+        return (type(value).__name__, bits(value.tolist(), seen))
+    if dataclasses.is_dataclass(value):
+        names = [f.name for f in dataclasses.fields(value)]
+    elif hasattr(value, "__struct_fields__"):
+        names = list(value.__struct_fields__)
+    elif hasattr(value, "__dict__"):
+        names = list(vars(value))
+    else:
+        return (type(value).__name__, repr(value))
+    return (type(value).__name__, tuple((n, bits(getattr(value, n, None), seen)) for n in names))
+
+
+def first_difference(a, b, path: str = "") -> str | None:
+    """Where two `bits` values first differ, as a path into them."""
+    if a == b:
+        return None
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            name = x[0] if isinstance(x, tuple) and x and isinstance(x[0], str) else i
+            found = first_difference(x, y, f"{path}/{name}")
+            if found:
+                return found
+    return f"{path}: {str(a)[:300]} != {str(b)[:300]}"
