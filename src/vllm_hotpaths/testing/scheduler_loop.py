@@ -11,9 +11,12 @@ with async scheduling: step N+1 is scheduled before step N's output is applied. 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import tempfile
 from collections import deque
+from contextlib import contextmanager
+from unittest import mock
 from pathlib import Path
 
 import numpy as np
@@ -45,25 +48,42 @@ def make_scheduler(asynchronous: bool, *, max_num_seqs: int, max_num_batched_tok
     model = _model_dir()
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
     cache.num_gpu_blocks = num_blocks
-    config = VllmConfig(
-        model_config=ModelConfig(model=str(model), skip_tokenizer_init=True, max_model_len=max_model_len),
-        scheduler_config=vllm_env.call(
-            SchedulerConfig, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len, is_encoder_decoder=False, async_scheduling=asynchronous, policy=policy,
-            enable_chunked_prefill=chunked_prefill, long_prefill_token_threshold=long_prefill_token_threshold),
-        cache_config=cache)
+    with _plugins_listed_once():
+        config = VllmConfig(
+            model_config=ModelConfig(model=str(model), skip_tokenizer_init=True, max_model_len=max_model_len),
+            scheduler_config=vllm_env.call(
+                SchedulerConfig, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len, is_encoder_decoder=False, async_scheduling=asynchronous, policy=policy,
+                enable_chunked_prefill=chunked_prefill, long_prefill_token_threshold=long_prefill_token_threshold),
+            cache_config=cache)
     spec = FullAttentionSpec(block_size=block_size, num_kv_heads=QWEN3_06B["num_key_value_heads"],
                              head_size=QWEN3_06B["head_dim"], dtype=torch.bfloat16)
     layers = [f"layer{i}" for i in range(QWEN3_06B["num_hidden_layers"])]
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(layers, spec)])
-    schedulers = [(AsyncScheduler if asynchronous else Scheduler)(
-        config, kv, StructuredOutputManager(config), block_size=block_size, log_stats=False) for _ in range(count)]
+    with _plugins_listed_once():
+        schedulers = [(AsyncScheduler if asynchronous else Scheduler)(
+            config, kv, StructuredOutputManager(config), block_size=block_size, log_stats=False) for _ in range(count)]
     hash_fn = get_hash_fn_by_name(cache.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
     return schedulers[0] if count == 1 else schedulers, get_request_block_hasher(block_size, hash_fn)
 
 
 _MODEL: list[Path] = []
+
+
+@contextmanager
+def _plugins_listed_once():
+    """`importlib.metadata.entry_points` answered once per group and process while a scheduler is
+    built: vLLM's config and scheduler ask for plugin groups several times each, most of the time
+    a state machine's scheduler takes to build (the installed packages do not change)."""
+    from importlib import metadata
+
+    real = metadata.entry_points
+    cached = functools.lru_cache(maxsize=None)(lambda **kw: real(**kw))
+    if not hasattr(_plugins_listed_once, "cache"):
+        _plugins_listed_once.cache = cached
+    with mock.patch.object(metadata, "entry_points", lambda **kw: _plugins_listed_once.cache(**kw)):
+        yield
 
 
 def _model_dir() -> Path:
