@@ -32,7 +32,8 @@ def setups(draw):
         max_num_batched_tokens=draw(st.sampled_from((max_model_len, 2 * max_model_len))),
         max_model_len=max_model_len,
         prefix_caching=draw(st.booleans()),
-        long_prefill_token_threshold=draw(st.sampled_from((0, 0, 8))))
+        long_prefill_token_threshold=draw(st.sampled_from((0, 0, 8))),
+        zeroing=draw(st.sampled_from((False, False, True))))
 
 
 @st.composite

@@ -29,6 +29,7 @@ targets = {  # hot path -> what its patch replaces
     "recovered_tokens": (vllm_env.import_vllm("vllm.v1.sample.rejection_sampler"), "sample_recovered_tokens"),
     "cached_request_data": (vllm_env.import_vllm("vllm.v1.core.sched.scheduler").Scheduler,
                             "_make_cached_request_data"),
+    "new_block_ids": (vllm_env.import_vllm("vllm.v1.core.sched.scheduler").Scheduler, "__init__"),
 }
 before = {name: getattr(owner, attr) for name, (owner, attr) in targets.items()}
 from vllm.plugins import load_general_plugins

@@ -30,6 +30,9 @@ def reference_side(hotpath, version: str) -> Side:
 def test_each_release_change_has_a_fixture_only_it_explains(entry):
     hotpath = registry.get(entry.hotpath)
     checks = hotpath.make_checks()
+    if checks is None:
+        pytest.skip(f"{entry.hotpath} has no case fixtures: its conformance rows on the releases before and "
+                    f"from {entry.first_version} (the release matrix) show the change")
     committed = [case for _, case in fixtures.load(REGRESSIONS, entry.hotpath, checks.case_type)]
     same_release = [e for e in CHANGES if e.hotpath == entry.hotpath and e.first_version == entry.first_version]
     alone = [case for case in committed

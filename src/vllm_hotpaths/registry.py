@@ -376,6 +376,17 @@ CACHED_REQUEST_DATA_CONTRACT = Contract(
     ),
 )
 
+NEW_BLOCK_IDS_CONTRACT = Contract(
+    methods=("held",),
+    doc=(
+        "factory() -> object with\n"
+        "  held(allocated: list[int], zeroing: bool) -> list[int]\n"
+        "      -> the block ids a scheduler's KV cache managers hold between steps after allocating\n"
+        "      `allocated` (in order) over a run; `zeroing`: the model's KV cache needs zeroing (the\n"
+        "      scheduler then takes the ids at every step)."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -577,6 +588,20 @@ HOTPATHS: dict[str, HotPath] = {
         bench="vllm_hotpaths.testing.bench.cached_request_data:run",
         patch="vllm_hotpaths.cached_request_data.patch:install",
         checks="vllm_hotpaths.testing.cases.cached_request_data:CachedRequestDataChecks",
+        runner="any",
+        host_only=True,
+    ),
+    "new_block_ids": HotPath(
+        name="new_block_ids",
+        upstream="vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        contract=NEW_BLOCK_IDS_CONTRACT,
+        references={"0.16.0": "vllm_hotpaths.new_block_ids.reference:NotKept",
+                    "0.17.1": "vllm_hotpaths.new_block_ids.reference:KeptUntilTaken",
+                    "0.26.0": "vllm_hotpaths.new_block_ids.reference:NotKept"},
+        fast={"drained@0.17.1": ("vllm_hotpaths.new_block_ids.fast:Drained", "0.17.1")},
+        live="vllm_hotpaths.testing.live.new_block_ids:held",
+        bench="vllm_hotpaths.testing.bench.new_block_ids:run",
+        patch="vllm_hotpaths.new_block_ids.patch:install",
         runner="any",
         host_only=True,
     ),

@@ -925,3 +925,24 @@ LEDGER += [
         affects=lambda case: hasattr(case, "requests"), shows="fields",
     ),
 ]
+
+# new_block_ids: what the KV cache managers keep of the blocks they allocate (read in each
+# release's source). 0.17.1 records every full-attention block, and the scheduler drains the list
+# only where KV blocks are zeroed; 0.26.0 records only there.
+NEW_BLOCK_IDS_0171 = "https://github.com/vllm-project/vllm/blob/v0.17.1/vllm/v1/core/single_type_kv_cache_manager.py"
+NEW_BLOCK_IDS_026 = "https://github.com/vllm-project/vllm/blob/v0.26.0/vllm/v1/core/single_type_kv_cache_manager.py"
+
+LEDGER += [
+    _change_from(
+        "0.17.1", "new_block_ids", NEW_BLOCK_IDS_0171 + "#L213-L247",
+        summary="KV cache managers record every full-attention block they allocate in new_block_ids, "
+                "taken only where KV blocks are zeroed: without zeroing every block id ever allocated stays held",
+        affects=lambda case: True,
+    ),
+    _change_from(
+        "0.26.0", "new_block_ids", NEW_BLOCK_IDS_026 + "#L86-L92",
+        summary="new block ids are recorded only where KV blocks are zeroed (_record_new_block_ids): "
+                "without zeroing none is held",
+        affects=lambda case: True,
+    ),
+]

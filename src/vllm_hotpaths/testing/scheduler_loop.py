@@ -30,11 +30,14 @@ MIXED_PROMPTS = (16, 512)  # the prompt lengths of `mixed_prompts`, both ends in
 
 def make_scheduler(asynchronous: bool, *, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                    num_blocks: int, block_size: int = BLOCK, policy: str = "fcfs", prefix_caching: bool = True,
-                   chunked_prefill: bool = True, long_prefill_token_threshold: int = 0, count: int = 1):
+                   chunked_prefill: bool = True, long_prefill_token_threshold: int = 0, zeroing: bool = False,
+                   count: int = 1):
     """vLLM's scheduler (the AsyncScheduler when `asynchronous`) over one full-attention KV cache
     group of `num_blocks` blocks, for the dummy Qwen3-0.6B config, and the block hasher its
-    requests take; with `count`, that many schedulers of one configuration (a list). Every
-    release from 0.16.0 on."""
+    requests take; with `count`, that many schedulers of one configuration (a list). `zeroing`:
+    the KV cache config says new blocks must be zeroed, as a model with Mamba layers has it (the
+    scheduler then hands each step's new block ids to the model runner). Every release from
+    0.16.0 on."""
     vllm_env.import_vllm("vllm.v1.core.sched.scheduler")  # the CPU platform first, where no GPU is visible
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -60,6 +63,11 @@ def make_scheduler(asynchronous: bool, *, max_num_seqs: int, max_num_batched_tok
                              head_size=QWEN3_06B["head_dim"], dtype=torch.bfloat16)
     layers = [f"layer{i}" for i in range(QWEN3_06B["num_hidden_layers"])]
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(layers, spec)])
+    if zeroing:
+        try:  # a field from 0.34
+            kv.needs_kv_cache_zeroing = True
+        except AttributeError:  # to 0.33 a property (of the Mamba layers)
+            object.__setattr__(kv, "__class__", type("ZeroingKVCacheConfig", (type(kv),), {"needs_kv_cache_zeroing": True}))
     with _plugins_listed_once():
         schedulers = [(AsyncScheduler if asynchronous else Scheduler)(
             config, kv, StructuredOutputManager(config), block_size=block_size, log_stats=False) for _ in range(count)]
@@ -91,6 +99,26 @@ def _model_dir() -> Path:
     if not _MODEL:
         _MODEL.append(write_model(Path(tempfile.mkdtemp(), "model")))
     return _MODEL[0]
+
+
+def samples(scheduler, scheduler_output) -> list[str]:
+    """The scheduled requests the model runner samples a token for: those whose computed tokens
+    reach every known token once this step is counted (the scheduler counts them when it
+    schedules)."""
+    requests = scheduler.requests
+    return [r for r in scheduler_output.num_scheduled_tokens
+            if r in requests and requests[r].num_computed_tokens >= requests[r].num_tokens]
+
+
+def runner_output(scheduler_output, tokens: dict[str, list[int]]):
+    """vLLM's ModelRunnerOutput for a step: `tokens[id]` for each scheduled request (none where
+    `tokens` has no entry)."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(scheduler_output.num_scheduled_tokens)
+    index = {"req_id_to_index": {r: j for j, r in enumerate(ids)}}  # a field to 0.33
+    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=[list(tokens.get(r, [])) for r in ids],
+                             **{k: v for k, v in index.items() if k in ModelRunnerOutput.__dataclass_fields__})
 
 
 class DecodeLoop:
@@ -187,14 +215,10 @@ class DecodeLoop:
         return output
 
     def sampled(self, output):
-        """What the model runner returns for the step: one random token for every scheduled request."""
-        from vllm.v1.outputs import ModelRunnerOutput
-
-        ids = list(output.num_scheduled_tokens)
-        sampled = self.rng.integers(0, QWEN3_06B["vocab_size"], len(ids)).tolist()
-        index = {"req_id_to_index": {r: j for j, r in enumerate(ids)}}  # a field to 0.33
-        return ModelRunnerOutput(req_ids=ids, sampled_token_ids=[[t] for t in sampled],
-                                 **{k: v for k, v in index.items() if k in ModelRunnerOutput.__dataclass_fields__})
+        """What the model runner returns for the step: one random token for every scheduled request
+        that reaches the end of its known tokens (none for a prefill chunk short of it)."""
+        sampled = self.rng.integers(0, QWEN3_06B["vocab_size"], len(output.num_scheduled_tokens)).tolist()
+        return runner_output(output, {r: [t] for r, t in zip(samples(self.scheduler, output), sampled)})
 
     def update(self, output, runner_output) -> None:
         self.scheduler.update_from_output(output, runner_output)

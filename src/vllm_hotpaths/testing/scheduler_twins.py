@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from unittest import mock
 
 from vllm_hotpaths import registry, vllm_env
-from vllm_hotpaths.testing.scheduler_loop import make_scheduler
+from vllm_hotpaths.testing.scheduler_loop import make_scheduler, runner_output, samples  # noqa: F401 (the machine's)
 
 # The registry's hot paths that replace the scheduler's own methods, and those methods.
 SCHEDULER_MODULES = ("vllm.v1.core.sched.", "vllm.v1.core.kv_cache_manager.")
@@ -27,16 +27,23 @@ def scheduler_hotpaths() -> list[str]:
     return [hp.name for hp in registry.HOTPATHS.values() if hp.upstream.startswith(SCHEDULER_MODULES)]
 
 
-def patched_methods(names: list[str]) -> dict[str, object]:
-    """{"Class.method": the function each hot path's patch installs}, taken from the class while
-    the patch is installed and put back at once (the twin binds them to one object)."""
+def patched_methods(names: list[str]) -> dict[str, dict[str, object]]:
+    """{hot path: {"Class.method": the function its patch installs}} for those of `names` whose
+    patch the plugin would install on the installed vLLM (the release has the hot path and needs
+    the patch), taken from the class while the patch is installed and put back at once (the
+    twin binds them to one object)."""
+    version = vllm_env.installed_version()
     found = {}
     for name in names:
-        module = importlib.import_module(registry.get(name).patch.rsplit(":", 1)[0])
+        hotpath = registry.get(name)
+        if not hotpath.exists_in(version) or hotpath.removed_in(version) or hotpath.patch_needed(version):
+            continue
+        module = importlib.import_module(hotpath.patch.rsplit(":", 1)[0])
         try:
-            for replaced in module.install():
+            for replaced in module.install(version):
                 owner, method = replaced.split(".")
-                found[replaced] = getattr(vllm_env.import_vllm(module.SCHEDULER), owner).__dict__[method]
+                found.setdefault(name, {})[replaced] = getattr(vllm_env.import_vllm(module.SCHEDULER),
+                                                              owner).__dict__[method]
         finally:
             module.uninstall()
     return found
@@ -55,6 +62,12 @@ class Setup:
     max_model_len: int = 256
     prefix_caching: bool = True
     long_prefill_token_threshold: int = 0
+    zeroing: bool = False  # new KV blocks must be zeroed (a model with Mamba layers)
+
+    def make(self, count: int = 1):
+        """`count` schedulers of this configuration (one, or a list), and their block hasher."""
+        return make_scheduler(self.asynchronous, count=count, **{
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "asynchronous"})
 
 
 class Clock:
@@ -74,18 +87,18 @@ class Clock:
 
 
 class Twins:
-    def __init__(self, setup: Setup, patches: dict[str, object]) -> None:
+    def __init__(self, setup: Setup, patches: dict[str, dict[str, object]]) -> None:
         self.setup, self.clock = setup, Clock()
-        kwargs = dict(max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
-                      max_model_len=setup.max_model_len, num_blocks=setup.num_blocks, block_size=setup.block_size,
-                      policy=setup.policy, prefix_caching=setup.prefix_caching,
-                      long_prefill_token_threshold=setup.long_prefill_token_threshold)
+        inits = {replaced: function for methods in patches.values() for replaced, function in methods.items()
+                 if replaced.endswith(".__init__")}
         with self.clock.frozen():
-            (self.upstream, self.patched), self.hasher = make_scheduler(setup.asynchronous, count=2, **kwargs)
-        for replaced, function in patches.items():
-            owner = self.patched if replaced.startswith(("Scheduler.", "AsyncScheduler.")) \
-                else self.patched.kv_cache_manager
-            setattr(owner, replaced.split(".")[1], types.MethodType(function, owner))
+            if inits:  # a patched constructor: the patched twin is built by it
+                self.upstream, self.hasher = setup.make()
+                with class_attributes(inits):
+                    self.patched, _ = setup.make()
+            else:
+                (self.upstream, self.patched), self.hasher = setup.make(count=2)
+        bind(self.patched, patches)
 
     def both(self, call):
         """`call(scheduler)` on each twin under the frozen clock: the two results, or the two
@@ -100,47 +113,59 @@ class Twins:
         self.clock.now += 1.0
         return results
 
-    def request(self, request_id: str, prompt: list[int], *, max_tokens: int, min_tokens: int = 0,
-                eos: int | None = None, stop_token_ids: tuple = (), priority: int = 0):
+    def request(self, request_id: str, prompt: list[int], **kwargs):
         """Two vLLM requests made alike (each scheduler owns and changes its own)."""
-        from vllm.sampling_params import SamplingParams
-        from vllm.v1.request import Request
-
-        made = []
-        for _ in range(2):
-            params = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, stop_token_ids=list(stop_token_ids),
-                                    ignore_eos=eos is None, temperature=1.0)
-            if eos is not None:  # to 0.16 the request takes it instead
-                vllm_env.call(params.update_from_generation_config, {}, eos_token_id=eos)
-            with self.clock.frozen():
-                made.append(vllm_env.call(Request, request_id=request_id, prompt_token_ids=list(prompt),
-                                          sampling_params=params, pooling_params=None, eos_token_id=eos,
-                                          priority=priority, block_hasher=self.hasher))
-        return made
+        with self.clock.frozen():
+            return [request(self.hasher, request_id, prompt, **kwargs) for _ in range(2)]
 
 
-def runner_output(scheduler_output, tokens: dict[str, list[int]]):
-    """What the model runner returns for a step: `tokens[id]` for each scheduled request (an
-    empty list for a prefill chunk that does not reach the end of its prompt)."""
-    from vllm.v1.outputs import ModelRunnerOutput
+@contextmanager
+def class_attributes(replaced: dict[str, object]):
+    """The scheduler module's classes with `{"Class.attr": value}` set, then put back."""
+    module = vllm_env.import_vllm("vllm.v1.core.sched.scheduler")
+    before = {}
+    for name, value in replaced.items():
+        owner, attr = name.split(".")
+        before[name] = getattr(module, owner).__dict__[attr]
+        setattr(getattr(module, owner), attr, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            owner, attr = name.split(".")
+            setattr(getattr(module, owner), attr, value)
 
-    ids = list(scheduler_output.num_scheduled_tokens)
-    index = {"req_id_to_index": {r: j for j, r in enumerate(ids)}}  # a field to 0.33
-    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=[list(tokens.get(r, [])) for r in ids],
-                             **{k: v for k, v in index.items() if k in ModelRunnerOutput.__dataclass_fields__})
+
+def bind(scheduler, patches: dict[str, dict[str, object]]) -> None:
+    """Each patched method (`patched_methods`) bound to this one scheduler (or its KV cache
+    manager), shadowing the class's; a patched constructor is applied by building the scheduler
+    under it (`class_attributes`), not here."""
+    for replaced, function in [item for methods in patches.values() for item in methods.items()]:
+        if replaced.endswith(".__init__"):
+            continue
+        owner = scheduler if replaced.startswith(("Scheduler.", "AsyncScheduler.")) else scheduler.kv_cache_manager
+        setattr(owner, replaced.split(".")[1], types.MethodType(function, owner))
 
 
-def samples(scheduler, scheduler_output) -> list[str]:
-    """The scheduled requests the runner samples a token for: those whose computed tokens reach
-    every known token once this step is counted (the scheduler counts them when it schedules)."""
-    return [r for r in scheduler_output.num_scheduled_tokens
-            if r in scheduler.requests and scheduler.requests[r].num_computed_tokens >= scheduler.requests[r].num_tokens]
+def request(hasher, request_id: str, prompt: list[int], *, max_tokens: int, min_tokens: int = 0,
+            eos: int | None = None, stop_token_ids: tuple = (), priority: int = 0):
+    """A vLLM request (`eos`: its end-of-sequence id, None for none)."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, stop_token_ids=list(stop_token_ids),
+                            ignore_eos=eos is None, temperature=1.0)
+    if eos is not None:  # to 0.16 the request takes it instead
+        vllm_env.call(params.update_from_generation_config, {}, eos_token_id=eos)
+    return vllm_env.call(Request, request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
+                         pooling_params=None, eos_token_id=eos, priority=priority, block_hasher=hasher)
 
 
 def state(scheduler) -> tuple:
     """The scheduler's state as plain values: queues in order, every request's own fields, the KV
     cache manager's blocks per request and the block pool (free queue from head to tail, each
-    block's reference count and hash, the cached hashes in order)."""
+    block's reference count and hash, the cached hashes in order). The new block ids a manager
+    holds are apart (`testing.live.new_block_ids.held`): the new_block_ids patch drops them."""
     manager = scheduler.kv_cache_manager
     pool = manager.block_pool
     free, block = [], pool.free_block_queue.fake_free_list_head.next_free_block
@@ -148,9 +173,8 @@ def state(scheduler) -> tuple:
         free.append(block.block_id)
         block = block.next_free_block
     managers = [{"req_to_blocks": [(k, [b.block_id for b in v]) for k, v in m.req_to_blocks.items()],
-                 "num_cached_block": list(m.num_cached_block.items()),
-                 "new_block_ids": list(getattr(m, "new_block_ids", ()))}
-                for m in manager.coordinator.single_type_managers]
+                 "num_cached_block": list(m.num_cached_block.items())}
+                for m in manager.coordinator.single_type_managers]  # new_block_ids: live.new_block_ids.held
     cached = pool.cached_block_hash_to_block
     return bits({
         "running": [r.request_id for r in scheduler.running],
@@ -185,6 +209,8 @@ def bits(value, seen: frozenset = frozenset()):
     if isinstance(value, dict):
         return (type(value).__name__, tuple((bits(k, seen), bits(v, seen)) for k, v in value.items()))
     if isinstance(value, (list, tuple, set, frozenset)) or type(value).__name__ in ("ConstantList", "deque"):
+        if all(type(v) is int for v in value):  # token and block id lists: most of the state
+            return (type(value).__name__, "ints", tuple(value))
         return (type(value).__name__, tuple(bits(v, seen) for v in value))
     if hasattr(value, "tolist"):
         return (type(value).__name__, bits(value.tolist(), seen))

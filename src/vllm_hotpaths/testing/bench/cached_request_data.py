@@ -51,7 +51,7 @@ def _in_turn(first, second, repeats: int) -> tuple[float, float]:
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def _steps_in_turn(loop, patch, steps: int) -> tuple[float, float]:
+def steps_in_turn(loop, patch, steps: int) -> tuple[float, float]:
     times = ([], [])
     for step in range(steps):
         patched = step % 2 == 1
@@ -95,7 +95,7 @@ def run(device: str = "cpu", quick: bool = False) -> list[dict]:
         own = args if len(args) == 5 else (args[0], [], *args[1:])
         ref_s, fast_s = _in_turn(lambda: reference.make(scheduler, *own), lambda: fast.make(scheduler, *own), repeats)
         records.append(_record(f"decode step's call: frozen {version} reference vs columnwise", batch, ref_s, fast_s))
-        up_s, patched_s = _steps_in_turn(loop, patch, steps)
+        up_s, patched_s = steps_in_turn(loop, patch, steps)
         records.append(_record(f"Scheduler.schedule() per decode step: installed vLLM {installed} vs patched",
                                batch, up_s, patched_s))
     return records
