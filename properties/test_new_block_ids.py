@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import strategies.scheduler as sched
 from vllm_hotpaths import registry, vllm_env
+from vllm_hotpaths.testing import scheduler_loop
 from vllm_hotpaths.testing import scheduler_twins as twins
 from vllm_hotpaths.testing.live import new_block_ids as live
 
@@ -52,10 +53,10 @@ def run(setup, rollouts, patches=None) -> tuple[object, list[int]]:
                     break
                 if len(in_flight) < depth and scheduler.has_requests():
                     output = scheduler.schedule()
-                    in_flight.append((output, {r: [5] for r in twins.samples(scheduler, output)}))
+                    in_flight.append((output, {r: [5] for r in scheduler_loop.samples(scheduler, output)}))
                 if in_flight and (len(in_flight) == depth or not scheduler.has_requests()):
                     output, tokens = in_flight.popleft()
-                    scheduler.update_from_output(output, twins.runner_output(output, tokens))
+                    scheduler.update_from_output(output, scheduler_loop.runner_output(output, tokens))
     return scheduler, list(allocated)
 
 

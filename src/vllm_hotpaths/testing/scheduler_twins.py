@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from unittest import mock
 
 from vllm_hotpaths import registry, vllm_env
-from vllm_hotpaths.testing.scheduler_loop import make_scheduler, runner_output, samples  # noqa: F401 (the machine's)
+from vllm_hotpaths.testing.scheduler_loop import make_scheduler
 
-# The registry's hot paths that replace the scheduler's own methods, and those methods.
+# Where the upstream code of a scheduler hot path lives.
 SCHEDULER_MODULES = ("vllm.v1.core.sched.", "vllm.v1.core.kv_cache_manager.")
 
 
