@@ -15,6 +15,12 @@ frozen). It prints microseconds per request per step and the collections per ste
 time. Several B and several `--gc` run one process each:
 
     python ci/scheduler-cost.py --engine --batch 128 256 512 1024 2048 --gc engine off on [--steps 160]
+
+The plugin against upstream (`--plugin`): two such schedulers with the same requests and sampled
+tokens, every scheduler patch the plugin would install on this vLLM bound to one, their steps
+taken in turn (who goes first alternates); the medians of each and their ratio:
+
+    python ci/scheduler-cost.py --plugin --batch 16 256 1024 [--steps 200]
 """
 
 import argparse
@@ -112,9 +118,42 @@ def sweep(batches: list[int], modes: list[str], steps: int) -> None:
                   flush=True)
 
 
+def plugin_against_upstream(batches: list[int], steps: int) -> None:
+    from vllm_hotpaths.testing import scheduler_twins
+
+    patches = scheduler_twins.patched_methods(scheduler_twins.scheduler_hotpaths())
+    print(f"scheduler patches bound: {', '.join(patches) or 'none'}")
+    print("| B | upstream: schedule ms | step ms | plugin: schedule ms | step ms | step: plugin / upstream |")
+    print("|---|---|---|---|---|---|")
+    for batch in batches:
+        inits = {r: f for methods in patches.values() for r, f in methods.items() if r.endswith(".__init__")}
+        loops = [DecodeLoop(batch, steps + 72, True, mixed_prompts=True)]
+        with scheduler_twins.class_attributes(inits):
+            loops.append(DecodeLoop(batch, steps + 72, True, mixed_prompts=True))
+        scheduler_twins.bind(loops[1].scheduler, patches)
+        times = ([], [], [], [])
+        for loop in loops:
+            loop.prefill()
+        for step in range(steps + 8):
+            for side in (step % 2, 1 - step % 2):
+                s, u = loops[side].pipelined_step()
+                if step >= 8:
+                    times[side].append(s)
+                    times[2 + side].append(s + u)
+        su, sp, wu, wp = (statistics.median(t) * 1e3 for t in times)
+        print(f"| {batch:,} | {su:.2f} | {wu:.2f} | {sp:.2f} | {wp:.2f} | {wp / wu:.3f} |", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
         print(json.dumps(engine_like(int(sys.argv[2]), int(sys.argv[4]), sys.argv[3])))
+    elif "--plugin" in sys.argv:
+        parser = argparse.ArgumentParser(description="the scheduler's step, the plugin's patches against upstream")
+        parser.add_argument("--plugin", action="store_true")
+        parser.add_argument("--batch", type=int, nargs="+", default=[16, 256, 1024])
+        parser.add_argument("--steps", type=int, default=200)
+        args = parser.parse_args()
+        plugin_against_upstream(args.batch, args.steps)
     elif "--engine" in sys.argv:
         parser = argparse.ArgumentParser(description="the scheduler's host time per decode step, as the engine runs it")
         parser.add_argument("--engine", action="store_true")

@@ -53,3 +53,10 @@ def requests(draw, max_model_len: int):
 
 # a sampled token: an end-of-sequence or stop id about once in fourteen draws
 tokens = st.integers(0, 40).map(lambda t: t if t < VOCAB else 3 + t % (VOCAB - 3))
+
+
+@st.composite
+def runs(draw):
+    """A configuration and one to three rollouts of up to six requests each (`twins.run_rollouts`)."""
+    setup = draw(setups())
+    return setup, draw(st.lists(st.lists(requests(setup.max_model_len), min_size=1, max_size=6), min_size=1, max_size=3))

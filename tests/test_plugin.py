@@ -30,6 +30,7 @@ targets = {  # hot path -> what its patch replaces
     "cached_request_data": (vllm_env.import_vllm("vllm.v1.core.sched.scheduler").Scheduler,
                             "_make_cached_request_data"),
     "new_block_ids": (vllm_env.import_vllm("vllm.v1.core.sched.scheduler").Scheduler, "__init__"),
+    "allocate_slots": (vllm_env.import_vllm("vllm.v1.core.kv_cache_manager").KVCacheManager, "allocate_slots"),
 }
 before = {name: getattr(owner, attr) for name, (owner, attr) in targets.items()}
 from vllm.plugins import load_general_plugins

@@ -387,6 +387,18 @@ NEW_BLOCK_IDS_CONTRACT = Contract(
     ),
 )
 
+ALLOCATE_SLOTS_CONTRACT = Contract(
+    methods=("decide",),
+    doc=(
+        "factory() -> object with\n"
+        "  decide(step: allocate_slots.DecodeStep) -> allocate_slots.Decision\n"
+        "      -> a decode step's KVCacheManager.allocate_slots: the blocks it takes for the request\n"
+        "      (None: fewer free blocks than that, nothing taken) and the tokens whose full blocks it\n"
+        "      caches (None: no new full block); raises ValueError for no new tokens. A fast path\n"
+        "      also has method(upstream) -> the replacement of vLLM's method, which the patch installs."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -588,6 +600,20 @@ HOTPATHS: dict[str, HotPath] = {
         bench="vllm_hotpaths.testing.bench.cached_request_data:run",
         patch="vllm_hotpaths.cached_request_data.patch:install",
         checks="vllm_hotpaths.testing.cases.cached_request_data:CachedRequestDataChecks",
+        runner="any",
+        host_only=True,
+    ),
+    "allocate_slots": HotPath(
+        name="allocate_slots",
+        upstream="vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
+        contract=ALLOCATE_SLOTS_CONTRACT,
+        references={"0.21.0": "vllm_hotpaths.allocate_slots.reference:DecodeAllocation021"},
+        fast={"decode@0.21.0": ("vllm_hotpaths.allocate_slots.fast:DecodeAllocateSlots021", "0.21.0")},
+        live="vllm_hotpaths.testing.live.allocate_slots:watched",
+        bench="vllm_hotpaths.testing.bench.allocate_slots:run",
+        patch="vllm_hotpaths.allocate_slots.patch:install",
+        since="0.21.0",
+        before_since=(("0.16.0", "allocate_slots of 0.16.0 to 0.20.2 has no reference yet"),),
         runner="any",
         host_only=True,
     ),

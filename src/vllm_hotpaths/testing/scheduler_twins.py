@@ -13,11 +13,12 @@ import functools
 import importlib
 import time
 import types
+from collections import deque
 from contextlib import contextmanager
 from unittest import mock
 
 from vllm_hotpaths import registry, vllm_env
-from vllm_hotpaths.testing.scheduler_loop import make_scheduler
+from vllm_hotpaths.testing.scheduler_loop import make_scheduler, runner_output, samples
 
 # Where the upstream code of a scheduler hot path lives.
 SCHEDULER_MODULES = ("vllm.v1.core.sched.", "vllm.v1.core.kv_cache_manager.")
@@ -42,8 +43,8 @@ def patched_methods(names: list[str]) -> dict[str, dict[str, object]]:
         try:
             for replaced in module.install(version):
                 owner, method = replaced.split(".")
-                found.setdefault(name, {})[replaced] = getattr(vllm_env.import_vllm(module.SCHEDULER),
-                                                              owner).__dict__[method]
+                home = vllm_env.import_vllm(getattr(module, "MODULE", None) or module.SCHEDULER)
+                found.setdefault(name, {})[replaced] = getattr(home, owner).__dict__[method]
         finally:
             module.uninstall()
     return found
@@ -134,6 +135,36 @@ def class_attributes(replaced: dict[str, object]):
         for name, value in before.items():
             owner, attr = name.split(".")
             setattr(getattr(module, owner), attr, value)
+
+
+def built(setup: Setup, patches: dict[str, dict[str, object]]):
+    """One scheduler of `setup` with `patches`: built under its patched constructors, its patched
+    methods bound; and its block hasher."""
+    inits = {r: f for methods in patches.values() for r, f in methods.items() if r.endswith(".__init__")}
+    with class_attributes(inits):
+        scheduler, hasher = setup.make()
+    bind(scheduler, patches)
+    return scheduler, hasher
+
+
+def run_rollouts(scheduler, hasher, rollouts: list[list[dict]], sampled: int = 5) -> None:
+    """Each rollout's requests (`Twins.request`'s keyword arguments) added, then stepped as the
+    engine core steps the scheduler (two steps in flight with async scheduling) until every
+    request has finished, every sampled token `sampled`; at most 400 steps a rollout."""
+    depth = 2 if scheduler.scheduler_config.async_scheduling else 1
+    for n, rollout in enumerate(rollouts):
+        for i, kwargs in enumerate(rollout):
+            scheduler.add_request(request(hasher, f"{n}-{i}", **kwargs))
+        in_flight: deque = deque()
+        for _ in range(400):
+            if not (scheduler.has_requests() or in_flight):
+                break
+            if len(in_flight) < depth and scheduler.has_requests():
+                output = scheduler.schedule()
+                in_flight.append((output, {r: [sampled] for r in samples(scheduler, output)}))
+            if in_flight and (len(in_flight) == depth or not scheduler.has_requests()):
+                output, tokens = in_flight.popleft()
+                scheduler.update_from_output(output, runner_output(output, tokens))
 
 
 def bind(scheduler, patches: dict[str, dict[str, object]]) -> None:
