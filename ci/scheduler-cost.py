@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from vllm_hotpaths.testing.scheduler_loop import DecodeLoop
+from vllm_hotpaths.testing.scheduler_loop import DecodeLoop, in_turn
 
 
 def plain(batch: int, steps: int, asynchronous: bool) -> None:
@@ -131,16 +131,10 @@ def plugin_against_upstream(batches: list[int], steps: int) -> None:
         with scheduler_twins.class_attributes(inits):
             loops.append(DecodeLoop(batch, steps + 72, True, mixed_prompts=True))
         scheduler_twins.bind(loops[1].scheduler, patches)
-        times = ([], [], [], [])
         for loop in loops:
             loop.prefill()
-        for step in range(steps + 8):
-            for side in (step % 2, 1 - step % 2):
-                s, u = loops[side].pipelined_step()
-                if step >= 8:
-                    times[side].append(s)
-                    times[2 + side].append(s + u)
-        su, sp, wu, wp = (statistics.median(t) * 1e3 for t in times)
+        scheduled, whole = in_turn(loops, steps)
+        su, sp, wu, wp = (statistics.median(t) * 1e3 for t in (*scheduled, *whole))
         print(f"| {batch:,} | {su:.2f} | {wu:.2f} | {sp:.2f} | {wp:.2f} | {wp / wu:.3f} |", flush=True)
 
 

@@ -223,3 +223,16 @@ class DecodeLoop:
     def update(self, output, runner_output) -> None:
         self.scheduler.update_from_output(output, runner_output)
         self.steps += 1
+
+
+def in_turn(loops: list, steps: int, warm: int = 8) -> tuple[list, list]:
+    """Pipelined steps of two prefilled loops taken in turn (who goes first alternates), `warm`
+    steps each first: per loop, the seconds of each `schedule()` and of each whole step."""
+    scheduled, whole = ([], []), ([], [])
+    for step in range(warm + steps):
+        for side in (step % 2, 1 - step % 2):
+            s, u = loops[side].pipelined_step()
+            if step >= warm:
+                scheduled[side].append(s)
+                whole[side].append(s + u)
+    return scheduled, whole

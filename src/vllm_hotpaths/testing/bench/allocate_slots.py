@@ -21,7 +21,7 @@ def run(device: str = "cpu", quick: bool = False) -> list[dict]:
     if device != "cpu" or installed is None:
         return []
     from vllm_hotpaths.testing import scheduler_twins
-    from vllm_hotpaths.testing.scheduler_loop import DecodeLoop
+    from vllm_hotpaths.testing.scheduler_loop import DecodeLoop, in_turn
 
     patches = scheduler_twins.patched_methods(["allocate_slots"])
     if not patches:
@@ -31,15 +31,9 @@ def run(device: str = "cpu", quick: bool = False) -> list[dict]:
     for batch in (16, 256) if quick else (16, 256, 1024):
         loops = [DecodeLoop(batch, WARM_STEPS + steps + 64, mixed_prompts=True) for _ in range(2)]  # room for prefill
         scheduler_twins.bind(loops[1].scheduler, patches)
-        times = {"schedule": ([], []), "step": ([], [])}
         for loop in loops:
             loop.prefill()
-        for step in range(WARM_STEPS + steps):
-            for side in (step % 2, 1 - step % 2):
-                scheduled, updated = loops[side].pipelined_step()
-                if step >= WARM_STEPS:
-                    times["schedule"][side].append(scheduled)
-                    times["step"][side].append(scheduled + updated)
+        times = dict(zip(("schedule", "step"), in_turn(loops, steps, WARM_STEPS)))
         for what, (up, fast) in times.items():
             up_s, fast_s = statistics.median(up), statistics.median(fast)
             records.append({"hotpath": "allocate_slots", "size": {"B": batch}, "device": "cpu",
