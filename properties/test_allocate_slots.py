@@ -40,7 +40,7 @@ def check_calls(case, patches: dict, who: str) -> None:
     reference = HOTPATH.reference(version)()
     scheduler, hasher = twins.built(case[0], patches)
     with live.watched(scheduler.kv_cache_manager) as calls:
-        twins.run_rollouts(scheduler, hasher, case[1])
+        twins.run_rollouts(scheduler, hasher, case[1], **case[2])
     for step, blocks, cached_after in calls:
         decision = reference.decide(step)
         label(step, decision)

@@ -23,12 +23,12 @@ HOTPATH = registry.get("new_block_ids")
 pytestmark = [pytest.mark.hotpath("new_block_ids"), pytest.mark.needs_vllm, pytest.mark.devices("cpu")]
 
 
-def run(setup, rollouts, patches=None) -> tuple[object, list[int]]:
+def run(setup, rollouts, steering, patches=None) -> tuple[object, list[int]]:
     """The run on a fresh scheduler with `patches` (`twins.built`); returns the scheduler and the
     ids its block pool allocated."""
     scheduler, hasher = twins.built(setup, patches or {})
     with live.allocations(scheduler) as allocated:
-        twins.run_rollouts(scheduler, hasher, rollouts)
+        twins.run_rollouts(scheduler, hasher, rollouts, **steering)
     return scheduler, list(allocated)
 
 

@@ -57,6 +57,11 @@ tokens = st.integers(0, 40).map(lambda t: t if t < VOCAB else 3 + t % (VOCAB - 3
 
 @st.composite
 def runs(draw):
-    """A configuration and one to three rollouts of up to six requests each (`twins.run_rollouts`)."""
+    """A configuration, one to three rollouts of up to six requests each, and what steers them
+    (`twins.run_rollouts`): the sampled tokens, cycled, and the updates before which the prefix
+    cache is reset (with the running requests, or not)."""
     setup = draw(setups())
-    return setup, draw(st.lists(st.lists(requests(setup.max_model_len), min_size=1, max_size=6), min_size=1, max_size=3))
+    rollouts = draw(st.lists(st.lists(requests(setup.max_model_len), min_size=1, max_size=6), min_size=1, max_size=3))
+    steering = {"sampled": tuple(draw(st.lists(tokens, min_size=1, max_size=12))),
+                "resets": dict(draw(st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=3)))}
+    return setup, rollouts, steering

@@ -95,7 +95,7 @@ def test_runner_selection_and_its_refusal():
     assert "cached_request_data" in options.selected_hotpaths()  # the scheduler: both runners call it
     assert "logits_copy" in options.selected_hotpaths() and "penalties" not in options.selected_hotpaths()
     assert ("(logits_copy or penalties_mrv2 or think_budget_mrv2 or rejection_mrv2 or sampler_mrv2 or cached_request_data"
-            " or allocate_slots or new_block_ids)" in " ".join(options.pytest_args()))
+            " or allocate_slots or new_block_ids or request_output)" in " ".join(options.pytest_args()))
     only_v1 = GateOptions(profile="ci", root=Path("."), report_dir=Path("."), runner="mrv2", hotpaths=["penalties"])
     assert only_v1.problems() == ["--runner mrv2: none of the hot paths penalties is called by that runner"]
 

@@ -31,6 +31,7 @@ targets = {  # hot path -> what its patch replaces
                             "_make_cached_request_data"),
     "new_block_ids": (vllm_env.import_vllm("vllm.v1.core.sched.scheduler").Scheduler, "__init__"),
     "allocate_slots": (vllm_env.import_vllm("vllm.v1.core.kv_cache_manager").KVCacheManager, "allocate_slots"),
+    "request_output": (vllm_env.import_vllm("vllm.v1.core.sched.scheduler").Scheduler, "_update_request_with_output"),
 }
 before = {name: getattr(owner, attr) for name, (owner, attr) in targets.items()}
 from vllm.plugins import load_general_plugins

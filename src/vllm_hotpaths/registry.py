@@ -399,6 +399,19 @@ ALLOCATE_SLOTS_CONTRACT = Contract(
     ),
 )
 
+REQUEST_OUTPUT_CONTRACT = Contract(
+    methods=("apply",),
+    doc=(
+        "factory() -> object with\n"
+        "  apply(step: request_output.OutputStep) -> request_output.Applied\n"
+        "      -> Scheduler._update_request_with_output on one request: the tokens it keeps and\n"
+        "      returns, the stop and status it sets, the request's output, computed, placeholder and\n"
+        "      to-drop counts and its cached blocks after the call; raises AssertionError where the\n"
+        "      placeholders would fall below zero. A fast path also has method(upstream, asynchronous)\n"
+        "      -> the replacement of the AsyncScheduler's or the base Scheduler's method."
+    ),
+)
+
 HOTPATHS: dict[str, HotPath] = {
     "penalties": HotPath(
         name="penalties",
@@ -628,6 +641,26 @@ HOTPATHS: dict[str, HotPath] = {
         live="vllm_hotpaths.testing.live.new_block_ids:held",
         bench="vllm_hotpaths.testing.bench.new_block_ids:run",
         patch="vllm_hotpaths.new_block_ids.patch:install",
+        runner="any",
+        host_only=True,
+    ),
+    "request_output": HotPath(
+        name="request_output",
+        upstream="vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output",
+        contract=REQUEST_OUTPUT_CONTRACT,
+        references={"0.16.0": "vllm_hotpaths.request_output.reference:Appended016",
+                    "0.22.0": "vllm_hotpaths.request_output.reference:Appended022",
+                    "0.27.0": "vllm_hotpaths.request_output.reference:Appended027",
+                    "0.29.0": "vllm_hotpaths.request_output.reference:Appended029",
+                    "0.33.0": "vllm_hotpaths.request_output.reference:Appended033"},
+        fast={"fused@0.16.0": ("vllm_hotpaths.request_output.fast:Fused016", "0.16.0"),
+              "fused@0.22.0": ("vllm_hotpaths.request_output.fast:Fused022", "0.22.0"),
+              "fused@0.27.0": ("vllm_hotpaths.request_output.fast:Fused027", "0.27.0"),
+              "fused@0.29.0": ("vllm_hotpaths.request_output.fast:Fused029", "0.29.0"),
+              "fused@0.33.0": ("vllm_hotpaths.request_output.fast:Fused033", "0.33.0")},
+        live="vllm_hotpaths.testing.live.request_output:watched",
+        bench="vllm_hotpaths.testing.bench.request_output:run",
+        patch="vllm_hotpaths.request_output.patch:install",
         runner="any",
         host_only=True,
     ),

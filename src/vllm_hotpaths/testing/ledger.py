@@ -946,3 +946,35 @@ LEDGER += [
         affects=lambda case: True,
     ),
 ]
+
+# request_output: what _update_request_with_output does with a request's sampled tokens (read in
+# each release's source; the direct-call property of properties/test_request_output.py shows
+# each change: the reference before it disagrees with the release's scheduler).
+REQUEST_OUTPUT = "https://github.com/vllm-project/vllm/blob/v{}/vllm/v1/core/sched/{}"
+
+LEDGER += [
+    _change_from(
+        "0.22.0", "request_output", REQUEST_OUTPUT.format("0.22.0", "async_scheduler.py") + "#L40-L45",
+        summary="after reset_prefix_cache of the running requests the AsyncScheduler drops as many outputs "
+                "as were in flight (a counter, one per call); to 0.21 it dropped one (a flag)",
+        affects=lambda case: True,
+    ),
+    _change_from(
+        "0.27.0", "request_output", REQUEST_OUTPUT.format("0.27.0", "async_scheduler.py") + "#L51-L63",
+        summary="a stale output (scheduled before the request was preempted) no longer settles placeholders, "
+                "and nothing is dropped after reset_prefix_cache",
+        affects=lambda case: True,
+    ),
+    _change_from(
+        "0.29.0", "request_output", REQUEST_OUTPUT.format("0.29.0", "utils.py") + "#L94-L123",
+        summary="check_stop tests min_tokens after the end-of-sequence, stop-id and length checks: an "
+                "end-of-sequence or stop id sampled before min_tokens now stops the request",
+        affects=lambda case: True,
+    ),
+    _change_from(
+        "0.33.0", "request_output", REQUEST_OUTPUT.format("0.33.0", "scheduler.py") + "#L2744-L2770",
+        summary="one method for both schedulers: a stop trims the tokens after it from num_computed_tokens, "
+                "every returned token settles a placeholder, and the caching of full blocks moves to the caller",
+        affects=lambda case: True,
+    ),
+]

@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import functools
 import importlib
+import itertools
 import time
 import types
 from collections import deque
@@ -43,7 +44,8 @@ def patched_methods(names: list[str]) -> dict[str, dict[str, object]]:
         try:
             for replaced in module.install(version):
                 owner, method = replaced.split(".")
-                home = vllm_env.import_vllm(getattr(module, "MODULE", None) or module.SCHEDULER)
+                home = vllm_env.import_vllm(getattr(module, "HOMES", {}).get(owner)
+                                            or getattr(module, "MODULE", None) or module.SCHEDULER)
                 found.setdefault(name, {})[replaced] = getattr(home, owner).__dict__[method]
         finally:
             module.uninstall()
@@ -147,11 +149,17 @@ def built(setup: Setup, patches: dict[str, dict[str, object]]):
     return scheduler, hasher
 
 
-def run_rollouts(scheduler, hasher, rollouts: list[list[dict]], sampled: int = 5) -> None:
+def run_rollouts(scheduler, hasher, rollouts: list[list[dict]], sampled: tuple = (5,),
+                 resets: dict[int, bool] | None = None) -> None:
     """Each rollout's requests (`Twins.request`'s keyword arguments) added, then stepped as the
     engine core steps the scheduler (two steps in flight with async scheduling) until every
-    request has finished, every sampled token `sampled`; at most 400 steps a rollout."""
+    request has finished; the sampled tokens taken from `sampled` in turn; before the update
+    numbered n (counted over the rollouts) where `resets` has n, `reset_prefix_cache` (of the
+    running requests too where it maps n to True); at most 400 steps a rollout."""
     depth = 2 if scheduler.scheduler_config.async_scheduling else 1
+    tokens = itertools.cycle(sampled)
+    resets = resets or {}
+    updates = 0
     for n, rollout in enumerate(rollouts):
         for i, kwargs in enumerate(rollout):
             scheduler.add_request(request(hasher, f"{n}-{i}", **kwargs))
@@ -161,18 +169,24 @@ def run_rollouts(scheduler, hasher, rollouts: list[list[dict]], sampled: int = 5
                 break
             if len(in_flight) < depth and scheduler.has_requests():
                 output = scheduler.schedule()
-                in_flight.append((output, {r: [sampled] for r in samples(scheduler, output)}))
+                in_flight.append((output, {r: [next(tokens)] for r in samples(scheduler, output)}))
             if in_flight and (len(in_flight) == depth or not scheduler.has_requests()):
-                output, tokens = in_flight.popleft()
-                scheduler.update_from_output(output, runner_output(output, tokens))
+                if updates in resets:
+                    scheduler.reset_prefix_cache(reset_running_requests=resets[updates])
+                updates += 1
+                output, tokens_of = in_flight.popleft()
+                scheduler.update_from_output(output, runner_output(output, tokens_of))
 
 
 def bind(scheduler, patches: dict[str, dict[str, object]]) -> None:
     """Each patched method (`patched_methods`) bound to this one scheduler (or its KV cache
     manager), shadowing the class's; a patched constructor is applied by building the scheduler
     under it (`class_attributes`), not here."""
-    for replaced, function in [item for methods in patches.values() for item in methods.items()]:
-        if replaced.endswith(".__init__"):
+    asynchronous = any(c.__name__ == "AsyncScheduler" for c in type(scheduler).__mro__)
+    # the AsyncScheduler's own method after the base's, so that it wins on an async scheduler
+    for replaced, function in sorted([item for methods in patches.values() for item in methods.items()],
+                                     key=lambda item: item[0].startswith("AsyncScheduler.")):
+        if replaced.endswith(".__init__") or (replaced.startswith("AsyncScheduler.") and not asynchronous):
             continue
         owner = scheduler if replaced.startswith(("Scheduler.", "AsyncScheduler.")) else scheduler.kv_cache_manager
         setattr(owner, replaced.split(".")[1], types.MethodType(function, owner))
