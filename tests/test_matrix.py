@@ -291,6 +291,18 @@ def test_own_rows_refuse_an_environment_with_vllm_and_a_partial_gate(monkeypatch
     assert not (table.store / "own-rows.json").exists()
 
 
+def test_own_rows_of_hot_paths_that_have_none_are_empty_not_a_refusal(monkeypatch, tmp_path, pytestconfig):
+    """Hot paths whose every row runs vLLM (the scheduler's) have no own row: the gate reports that
+    no property ran, and the matrix goes on with empty own rows."""
+    monkeypatch.setattr(matrix.Matrix, "_gate", lambda *args: ({
+        "results": [], "seed": 1, "verdict": "FAIL", "vllm_version": None, "partial": True,
+        "problems": ["no property ran"]}, {}))
+    monkeypatch.setattr(matrix, "suite_boundaries", lambda root: {"allocate_slots": ["0.21.0"]})
+    table = matrix.Matrix(pytestconfig.rootpath, tmp_path, "ci", ["allocate_slots"], None, None, log=lambda line: None)
+    own = table.own_rows()
+    assert own["verdict"] == "PASS" and own["hotpaths"] == {"allocate_slots": []}
+
+
 def test_the_gate_splits_its_rows_into_own_and_vllm_by_their_markers(pytestconfig):
     """`--rows own` and `--rows vllm` select complementary sets of the gate's properties: the own
     ones are those marked neither needs_vllm nor needs_vllm_ops (swap_states on vLLM's InputBatch is
