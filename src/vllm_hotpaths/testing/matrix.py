@@ -245,7 +245,7 @@ class Matrix:
         self.store.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1) + "\n")
         self.log(f"matrix: the rows that run no vLLM code done in {result['duration_s']:.0f} s "
-                 f"({report['verdict']})")
+                 f"({result['verdict']})")
         return result
 
     def release(self, version: str, own: dict, environment=None) -> dict:
