@@ -9,7 +9,8 @@ What it drives, as vLLM's engine core drives a scheduler: arrivals (shared prefi
 `min_tokens`, priorities) at any step; with async scheduling two steps in flight (the next step
 scheduled before the last one's output is applied), else schedule and update in turn; sampled
 tokens that hit the end-of-sequence and stop ids; aborts of running, waiting, finished and
-unknown requests, single and batched, also while a step is in flight; `reset_prefix_cache`.
+unknown requests, single and batched, also while a step is in flight; `reset_prefix_cache`, also of
+the running requests.
 Engine configurations (`strategies.scheduler.setups`) span sync and async, FCFS and priority, KV
 caches small enough to preempt, prefix caching on and off, chunked prefill with small budgets,
 and KV caches whose new blocks are zeroed (as a model with Mamba layers has it). Not yet:
@@ -38,7 +39,8 @@ pytestmark = [pytest.mark.needs_vllm, pytest.mark.devices("cpu")]
 CLASSES = ("sync", "async", "fcfs", "priority", "new blocks zeroed", "two steps in flight", "chunked prefill", "prefix-cache hit",
            "preempted", "resumed after preemption", "stopped: eos", "stopped: stop id", "stopped: length",
            "eos held back by min_tokens", "aborted: one", "aborted: several", "aborted: unknown id",
-           "aborted while a step is in flight", "reset_prefix_cache: done", "reset_prefix_cache: refused")
+           "aborted while a step is in flight", "reset_prefix_cache: done", "reset_prefix_cache: refused",
+           "reset_prefix_cache: running requests preempted")
 
 
 def machine(patches: dict, reached: Counter | None = None):
@@ -157,12 +159,13 @@ def machine(patches: dict, reached: Counter | None = None):
                     elif reason == "LENGTH":
                         self.label("stopped: length")
 
-        @rule(data=st.data(), what=st.sampled_from(("abort one", "abort several", "reset_prefix_cache")))
+        @rule(data=st.data(), what=st.sampled_from(("abort one", "abort several", "reset_prefix_cache",
+                                                    "reset_prefix_cache of running requests")))
         def interrupt(self, data, what):
             """What reaches the scheduler between steps (one rule, so that the machine steps more
             often than it interrupts)."""
-            if what == "reset_prefix_cache":
-                self.reset_prefix_cache()
+            if what.startswith("reset_prefix_cache"):
+                self.reset_prefix_cache(running=what.endswith("running requests"))
             else:
                 self.abort(data, what == "abort several")
 
@@ -179,10 +182,16 @@ def machine(patches: dict, reached: Counter | None = None):
             if self.in_flight:
                 self.label("aborted while a step is in flight")
 
-        def reset_prefix_cache(self):
-            results = self.same("reset_prefix_cache", self.twins.both(lambda s: s.reset_prefix_cache()))
+        def reset_prefix_cache(self, running: bool):
+            """With `running`, the running requests are preempted first (their outputs in flight
+            are then dropped or stale, as the release says)."""
+            had_running = bool(self.twins.upstream.running)
+            results = self.same("reset_prefix_cache", self.twins.both(
+                lambda s: s.reset_prefix_cache(reset_running_requests=running)))
             if results:
                 self.label("reset_prefix_cache: done" if results[0] else "reset_prefix_cache: refused")
+                if running and had_running and results[0]:
+                    self.label("reset_prefix_cache: running requests preempted")
 
     return SchedulerMachine
 

@@ -1,6 +1,6 @@
 """Upstream's semantics, frozen: `_update_request_with_output` on one request, given the
 `OutputStep` read before the call. Requests with repetition detection, pooling requests and
-structured output are outside it (the fast path hands them to upstream).
+requests without sampling parameters are outside it (the fast path hands them to upstream).
 
 The releases differ in data only:
 - 0.16.0: `min_tokens` is checked first (no stop of any kind before it); the AsyncScheduler drops
