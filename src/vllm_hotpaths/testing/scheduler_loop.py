@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import tempfile
 from collections import deque
 from contextlib import contextmanager
@@ -51,7 +52,10 @@ def make_scheduler(asynchronous: bool, *, max_num_seqs: int, max_num_batched_tok
     model = _model_dir()
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
     cache.num_gpu_blocks = num_blocks
-    with _plugins_listed_once():
+    # vLLM's config sets the platform's process variables (LD_PRELOAD, VLLM_WORKER_MULTIPROC_METHOD,
+    # ...): none concerns the scheduler, and a test process whose environment changed would no
+    # longer match its fork server's (tests/forked_pytest.py).
+    with _plugins_listed_once(), mock.patch.dict(os.environ):
         config = VllmConfig(
             model_config=ModelConfig(model=str(model), skip_tokenizer_init=True, max_model_len=max_model_len),
             scheduler_config=vllm_env.call(
@@ -68,7 +72,7 @@ def make_scheduler(asynchronous: bool, *, max_num_seqs: int, max_num_batched_tok
             kv.needs_kv_cache_zeroing = True
         except AttributeError:  # to 0.33 a property (of the Mamba layers)
             object.__setattr__(kv, "__class__", type("ZeroingKVCacheConfig", (type(kv),), {"needs_kv_cache_zeroing": True}))
-    with _plugins_listed_once():
+    with _plugins_listed_once(), mock.patch.dict(os.environ):
         schedulers = [(AsyncScheduler if asynchronous else Scheduler)(
             config, kv, StructuredOutputManager(config), block_size=block_size, log_stats=False) for _ in range(count)]
     hash_fn = get_hash_fn_by_name(cache.prefix_caching_hash_algo)
