@@ -129,6 +129,7 @@ def parsed(monkeypatch, *argv):
     (["--gpu-memory", "0.9"], "two engines share the GPU"),
     (["--engine-arg", "foo"], "KEY=JSON"),
     (["--engine-arg", "x={"], "KEY=JSON"),
+    (["--setting", "compilation_config"], "--setting takes KEY=JSON"),
     (["--runs", "0"], "must be positive"),
     (["--presence", "-1"], ">= 0"),
     (["--windows", "1:x"], "START:SECONDS"),
@@ -246,6 +247,7 @@ def test_pooled_pairs_give_the_median_a_bootstrap_interval_and_the_geometric_mea
     assert first["low"] == pytest.approx(0.5) and first["high"] == pytest.approx(2.0)
     assert rows[1]["low"] == rows[1]["high"] == pytest.approx(1.1)
     assert "| B=1 | 3 | 1.000 | 0.500-2.000 | 1.000 |" in throughput_pool.table(rows)
+    assert "| with / without, median of pairs |" in throughput_pool.table(rows, throughput.SETTING_SIDES)
 
 
 def test_pooling_refuses_results_of_other_lengths_or_files_that_are_not_results(tmp_path, capsys):
@@ -255,8 +257,46 @@ def test_pooling_refuses_results_of_other_lengths_or_files_that_are_not_results(
     a.write_text(json.dumps(result_of({"B=1": [1.0]})))
     b.write_text(json.dumps(result_of({"B=1": [1.0]}, tokens=512)))
     c.write_text("{}")
-    for files, message in (([a, b], "not (256, '0.22.0', 'd')"), ([a, c], "is not a throughput result")):
+    d = tmp_path / "d.json"
+    setting = result_of({"B=1": [1.0]})
+    setting["runs"]["B=1"] = {"without": setting["runs"]["B=1"]["upstream"], "with": setting["runs"]["B=1"]["plugin"]}
+    setting["meta"] = {"with": setting["meta"]["plugin"]}
+    d.write_text(json.dumps(setting))
+    for files, message in (([a, b], "not (('upstream', 'plugin'), 256, '0.22.0', 'd')"),
+                           ([a, c], "is not a throughput result"), ([d, a], "not (('without', 'with'), 256")):
         with pytest.raises(SystemExit) as exit_:
             throughput_pool.main([str(f) for f in files])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
     assert throughput_pool.main([str(a), "--resamples", "10"]) == 0
+
+
+def test_a_setting_is_compared_on_the_same_plugin_and_merged_into_the_engine_args(tmp_path, monkeypatch):
+    args = parsed(monkeypatch, "--model-dir", str(tmp_path / "m"), "--hotpaths", "off", "--engine-arg",
+                  'compilation_config={"mode": 3}', "--setting", 'compilation_config={"max_cudagraph_capture_size": 1024}')
+    spec = {"engine": throughput.engine_kwargs(args)}
+    sides, specs, hotpaths = throughput.side_specs(args, spec)
+    assert sides == throughput.SETTING_SIDES and hotpaths == {"without": "off", "with": "off"}
+    assert specs["without"]["engine"]["compilation_config"] == {"mode": 3}
+    assert specs["with"]["engine"]["compilation_config"] == {"mode": 3, "max_cudagraph_capture_size": 1024}
+    assert {k: v for k, v in specs["with"]["engine"].items() if k != "compilation_config"} == \
+        {k: v for k, v in specs["without"]["engine"].items() if k != "compilation_config"}
+    plain = parsed(monkeypatch, "--model-dir", str(tmp_path / "m"))
+    assert throughput.side_specs(plain, spec)[2] == {"upstream": "off", "plugin": "all"}
+
+
+def test_the_report_names_the_side_with_the_setting_and_the_batches_outside_the_graphs():
+    shape = throughput.shapes([256], [0.0], 256)[0]
+    runs = {"without": [run_of(2.0)], "with": [run_of(1.0)]}
+    row = throughput.summarize(shape, runs, throughput.SETTING_SIDES)
+    assert row["ratio"] == 2.0 and row["ids_equal"]
+    meta = {"device": "d", "vllm": "v", "torch": "t", "patched": [], "runner": "mrv2", "graphs_up_to": 512}
+    setting = ['compilation_config={"max_cudagraph_capture_size": 1024}']
+    text = throughput.report([row], meta, throughput.SETTING_SIDES, setting)
+    assert "| with / without |" in text and "`with`: " + setting[0] in text and "outside" not in text
+    outside = throughput.summarize(throughput.shapes([1024], [0.0], 256)[0], runs, throughput.SETTING_SIDES)
+    text = throughput.report([row, outside], meta, throughput.SETTING_SIDES)
+    assert "up to 512 tokens" in text and "B=1024 decode outside" in text and "B=256" not in text.split("\n")[-1]
+    assert '"max_cudagraph_capture_size": 1024' in text.split("\n")[-1]
+    sides = throughput.SETTING_SIDES
+    assert "graphs are off" in throughput.report([row], dict(meta, graphs_up_to=0), sides)
+    assert "outside" not in throughput.report([outside], dict(meta, graphs_up_to=None), sides)  # an older engine's meta

@@ -27,6 +27,13 @@ torch.compile's cache key, so a fresh folder would recompile in every process.
 (front end and engine core, their busy threads, `--windows` seconds into the run), and vLLM's
 own torch profiler over `--torch-steps` engine steps in the engine core (host and GPU).
 `testing/decode_profile.py` turns the files into tables.
+
+`--setting KEY=JSON` compares an engine setting instead of the plugin: both sides run the plugin as
+`--hotpaths` says ("off": upstream alone), one side without the setting, one with it, the same
+requests. A setting that changes no id and raises tokens per second is proven for this engine
+configuration; the command exits 1 where an id differs. The report says which timed batches run
+outside the engine's CUDA graphs (`compilation_config.max_cudagraph_capture_size`, 512 by vLLM's
+default): their decode steps launch each kernel from the host.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 SIDES = ("upstream", "plugin")
+SETTING_SIDES = ("without", "with")  # `--setting`: the same plugin, without and with the setting
 PROMPT_LEN = 16
 # Qwen3-0.6B's shape (weights made up by vLLM: load_format="dummy")
 QWEN3_06B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
@@ -71,9 +79,9 @@ def shapes(batches: list[int], presences: list[float], tokens: int) -> list[dict
             for batch in batches for presence in presences]
 
 
-def order(run: int, shape: int) -> tuple[str, str]:
+def order(run: int, shape: int, sides: tuple[str, str] = SIDES) -> tuple[str, str]:
     """Which side goes first: alternating from run to run and from shape to shape."""
-    return SIDES if (run + shape) % 2 == 0 else SIDES[::-1]
+    return sides if (run + shape) % 2 == 0 else sides[::-1]
 
 
 def requests(shape: dict, vocab: int) -> tuple[list[list[int]], list[dict]]:
@@ -140,37 +148,44 @@ def steal_seconds(stat: str | None = None) -> float | None:
         return None
 
 
-def summarize(shape: dict, runs: dict[str, list[dict]]) -> dict:
-    """One shape's tokens per second per side (median, range), the plugin / upstream ratio of the
-    medians and of each pair (the two runs of one turn), and whether every run drew the same ids;
-    where the runs carry step times, the median step per side (over the runs' medians) and each
-    pair's upstream / plugin ratio of median steps (above 1: the plugin's steps are shorter)."""
-    rates = {side: [r["tokens"] / r["seconds"] for r in runs[side]] for side in SIDES}
-    pairs = [p / u for u, p in zip(rates["upstream"], rates["plugin"])]
-    digests = {r["ids"] for side in SIDES for r in runs[side]}
-    row = {"shape": shape["name"], **{side: spread(rates[side]) for side in SIDES},
-           "ratio": statistics.median(rates["plugin"]) / statistics.median(rates["upstream"]),
+def summarize(shape: dict, runs: dict[str, list[dict]], sides: tuple[str, str] = SIDES) -> dict:
+    """One shape's tokens per second per side (median, range), the second side's over the first's
+    (plugin / upstream, with / without) for the medians and for each pair (the two runs of one
+    turn), and whether every run drew the same ids; where the runs carry step times, the median
+    step per side (over the runs' medians) and each pair's first / second ratio of median steps
+    (above 1: the second side's steps are shorter)."""
+    first, second = sides
+    rates = {side: [r["tokens"] / r["seconds"] for r in runs[side]] for side in sides}
+    pairs = [b / a for a, b in zip(rates[first], rates[second])]
+    digests = {r["ids"] for side in sides for r in runs[side]}
+    row = {"shape": shape["name"], "batch": shape["batch"], **{side: spread(rates[side]) for side in sides},
+           "ratio": statistics.median(rates[second]) / statistics.median(rates[first]),
            "pairs": spread(pairs), "ids_equal": len(digests) == 1,
            "ms_per_step": {side: statistics.median(r["seconds"] for r in runs[side]) / shape["tokens"] * 1e3
-                           for side in SIDES}}
-    steps = {side: [r.get("step_ms") for r in runs[side]] for side in SIDES}
-    if all(ms is not None for side in SIDES for ms in steps[side]):
-        row["step_ms"] = {side: spread(steps[side]) for side in SIDES}
-        row["step_pairs"] = spread([u / p for u, p in zip(steps["upstream"], steps["plugin"])])
+                           for side in sides}}
+    steps = {side: [r.get("step_ms") for r in runs[side]] for side in sides}
+    if all(ms is not None for side in sides for ms in steps[side]):
+        row["step_ms"] = {side: spread(steps[side]) for side in sides}
+        row["step_pairs"] = spread([a / b for a, b in zip(steps[first], steps[second])])
     return row
 
 
-def report(rows: list[dict], meta: dict) -> str:
-    lines = [f"{meta['device']}, vLLM {meta['vllm']}, torch {meta['torch']}; plugin patched: "
-             f"{', '.join(meta['patched']) or 'nothing'}; runner {meta['runner']}", "",
-             "| shape | upstream tok/s, median (range) | plugin tok/s, median (range) | plugin / upstream "
-             "| pairs: median (range) | ms per step (up / plugin) | median step ms, up / plugin (ranges) "
-             "| pairs by median step: up / plugin | ids |",
+def report(rows: list[dict], meta: dict, sides: tuple[str, str] = SIDES, setting: list[str] | None = None) -> str:
+    """`meta`: the second side's engine's; `setting`: what the second side adds (`--setting`)."""
+    first, second = sides
+    head = f"{meta['device']}, vLLM {meta['vllm']}, torch {meta['torch']}; plugin patched: " \
+           f"{', '.join(meta['patched']) or 'nothing'}; runner {meta['runner']}"
+    if setting:
+        head += f"; `{second}`: {', '.join(setting)}"
+    lines = [head, "",
+             f"| shape | {first} tok/s, median (range) | {second} tok/s, median (range) | {second} / {first} "
+             f"| pairs: median (range) | ms per step ({first} / {second}) | median step ms, {first} / {second} "
+             f"(ranges) | pairs by median step: {first} / {second} | ids |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        u, p, q = row["upstream"], row["plugin"], row["pairs"]
+        u, p, q = row[first], row[second], row["pairs"]
         if "step_ms" in row:
-            su, sp, sq = row["step_ms"]["upstream"], row["step_ms"]["plugin"], row["step_pairs"]
+            su, sp, sq = row["step_ms"][first], row["step_ms"][second], row["step_pairs"]
             steps = (f"{su['median']:.2f} / {sp['median']:.2f} ({su['min']:.2f}-{su['max']:.2f} / "
                      f"{sp['min']:.2f}-{sp['max']:.2f}) | {sq['median']:.3f} ({sq['min']:.3f}-{sq['max']:.3f})")
         else:
@@ -178,9 +193,28 @@ def report(rows: list[dict], meta: dict) -> str:
         lines.append(f"| {row['shape']} | {u['median']:,.0f} ({u['min']:,.0f}-{u['max']:,.0f}) | "
                      f"{p['median']:,.0f} ({p['min']:,.0f}-{p['max']:,.0f}) | {row['ratio']:.3f} | "
                      f"{q['median']:.3f} ({q['min']:.3f}-{q['max']:.3f}), {q['n']} pairs | "
-                     f"{row['ms_per_step']['upstream']:.1f} / {row['ms_per_step']['plugin']:.1f} | {steps} | "
+                     f"{row['ms_per_step'][first]:.1f} / {row['ms_per_step'][second]:.1f} | {steps} | "
                      f"{'equal' if row['ids_equal'] else 'DIFFER'} |")
-    return "\n".join(lines)
+    return "\n".join(lines + graph_notes([row["batch"] for row in rows if "batch" in row], meta))
+
+
+def graph_notes(batches: list[int], meta: dict) -> list[str]:
+    """Lines saying which timed batches decode outside the engine's CUDA graphs (one token per
+    request and step: a batch of B requests is a step of B tokens), and the setting that covers
+    them. `meta["graphs_up_to"]`: the engine's largest captured size, 0 where graphs are off."""
+    covered = meta.get("graphs_up_to")
+    outside = sorted({b for b in batches if covered is not None and b > covered})
+    if not outside:
+        return []
+    if covered == 0:
+        return ["", "CUDA graphs are off in this engine: every decode step launches its kernels from the host."]
+    names = ", ".join(f"B={b}" for b in outside)
+    setting = f'compilation_config={{"max_cudagraph_capture_size": {max(outside)}}}'
+    return ["", f"CUDA graphs cover decode steps of up to {covered} tokens in this engine "
+                f"(compilation_config.max_cudagraph_capture_size): {names} decode outside them, each kernel "
+                f"launched from the host. `--engine-arg '{setting}'` covers them (more graphs to capture at "
+                f"start-up, more GPU memory); `--setting '{setting}'` measures what it does to these requests' "
+                "ids and tokens per second."]
 
 
 # -- one engine, in its own process -----------------------------------------------------------
@@ -245,8 +279,10 @@ def serve(folder: Path) -> None:
     warm = time.perf_counter()
     for shape in spec["shapes"]:
         generate(shape, max_tokens=16)
+    config = llm.llm_engine.vllm_config
     meta = {"vllm": vllm.__version__, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-            "patched": plugin.installed(), "runner": runners.runner_of(llm.llm_engine.vllm_config),
+            "patched": plugin.installed(), "runner": runners.runner_of(config),
+            "graphs_up_to": int(getattr(config.compilation_config, "max_cudagraph_capture_size", None) or 0),
             "cpus": sorted(os.sched_getaffinity(0)),
             "startup_s": warm - began, "warmup_s": time.perf_counter() - warm}
     (folder / "ready.json").write_text(json.dumps(meta))
@@ -307,6 +343,8 @@ def profile_run(llm, generate, shape: dict, out: Path, spec: dict) -> dict:
 
 # -- the parent -------------------------------------------------------------------------------
 class Engine:
+    """`hotpaths`: the engine process's VLLM_HOTPATHS ("off": upstream alone)."""
+
     def __init__(self, side: str, folder: Path, spec: dict, hotpaths: str) -> None:
         self.side, self.folder, self.asked = side, folder, 0
         folder.mkdir(parents=True, exist_ok=True)
@@ -314,7 +352,7 @@ class Engine:
             if stale.is_file():
                 stale.unlink()
         (folder / "spec.json").write_text(json.dumps(spec))
-        env = dict(os.environ, VLLM_HOTPATHS="off" if side == "upstream" else hotpaths)
+        env = dict(os.environ, VLLM_HOTPATHS=hotpaths)
         self.log = open(folder / "log.txt", "w")
         self.process = subprocess.Popen([sys.executable, "-m", "vllm_hotpaths.testing.throughput",
                                          "--engine-dir", str(folder)], env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -344,9 +382,9 @@ class Engine:
         self.log.close()
 
 
-def first_difference(root: Path, shapes_: list[dict]) -> str:
+def first_difference(root: Path, shapes_: list[dict], sides: tuple[str, str] = SIDES) -> str:
     for number, shape in enumerate(shapes_):
-        up, plug = (json.loads((root / side / f"ids-{number}.json").read_text()) for side in SIDES)
+        up, plug = (json.loads((root / side / f"ids-{number}.json").read_text()) for side in sides)
         for request, (a, b) in enumerate(zip(up, plug)):
             if a != b:
                 at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
@@ -374,17 +412,18 @@ def run(args) -> int:
         spec.update(torch_delay=args.torch_delay, torch_steps=args.torch_steps,
                     py_spy=spy, py_spy_rate=args.py_spy_rate, windows=[list(w) for w in args.windows])
     write_model(args.model_dir)
-    engines = {side: Engine(side, root / side, dict(spec, profile_dir=str(root / "torch" / side)) if args.profile
-                            else spec, args.hotpaths) for side in SIDES}
-    runs: dict[int, dict[str, list[dict]]] = {n: {side: [] for side in SIDES} for n in range(len(shape_list))}
+    sides, specs, hotpaths = side_specs(args, spec)
+    engines = {side: Engine(side, root / side, dict(specs[side], profile_dir=str(root / "torch" / side))
+                            if args.profile else specs[side], hotpaths[side]) for side in sides}
+    runs: dict[int, dict[str, list[dict]]] = {n: {side: [] for side in sides} for n in range(len(shape_list))}
     try:
         meta = {side: engine.wait_for(engine.folder / "ready.json", args.timeout) for side, engine in engines.items()}
-        for side in SIDES:
+        for side in sides:
             print(f"throughput: {side}: engine up in {meta[side]['startup_s']:.0f} s, warm-up "
                   f"{meta[side]['warmup_s']:.0f} s, patched: {', '.join(meta[side]['patched']) or 'nothing'}", flush=True)
         for run_number in range(args.runs):
             for number, shape in enumerate(shape_list):
-                for side in order(run_number, number):
+                for side in order(run_number, number, sides):
                     probe, steal = probe_ms(), steal_seconds()
                     result = engines[side].ask({"shape": number}, args.timeout)
                     result["probe_ms"] = probe
@@ -392,11 +431,11 @@ def run(args) -> int:
                         result["steal_s"] = steal_seconds() - steal
                     runs[number][side].append(result)
                     print(f"throughput: run {run_number + 1}, {shape['name']}, {side}: {run_line(result)}", flush=True)
-                save(root, args, spec, meta, shape_list, runs, {}, complete=False)  # kept if the run is cut off
+                save(root, args, spec, meta, shape_list, runs, {}, complete=False, sides=sides)  # kept if cut off
         profiles = {}
         if args.profile:
             for number, shape in enumerate(shape_list):
-                for side in SIDES:
+                for side in sides:
                     out = root / "profile" / f"{side}-{number}"
                     profiles[f"{side} {shape['name']}"] = engines[side].ask({"shape": number, "profile": str(out)}, args.timeout)
     finally:
@@ -405,27 +444,42 @@ def run(args) -> int:
     for engine in engines.values():  # the turn-taking files (their contents are in throughput.json)
         for used in [*engine.folder.glob("go-*"), *engine.folder.glob("done-*")]:
             used.unlink()
-    rows = save(root, args, spec, meta, shape_list, runs, profiles, complete=True)
+    rows = save(root, args, spec, meta, shape_list, runs, profiles, complete=True, sides=sides)
     print((root / "throughput.md").read_text(), end="", flush=True)
     differ = [row["shape"] for row in rows if not row["ids_equal"]]
     if differ:
-        print(f"throughput: ids DIFFER ({first_difference(root, shape_list)})", flush=True)
+        print(f"throughput: ids DIFFER ({first_difference(root, shape_list, sides)})", flush=True)
     else:
         for ids in root.glob("*/ids-*.json"):
             ids.unlink()
     return 1 if differ else 0
 
 
+def side_specs(args, spec: dict) -> tuple[tuple[str, str], dict[str, dict], dict[str, str]]:
+    """The two sides, each one's engine spec and VLLM_HOTPATHS: upstream and the plugin, or with
+    `--setting` the plugin as `--hotpaths` says, without and with the setting (a dict value merged
+    into the same key's `--engine-arg` dict)."""
+    if not getattr(args, "setting", None):
+        return SIDES, {side: spec for side in SIDES}, {"upstream": "off", "plugin": args.hotpaths}
+    engine = dict(spec["engine"])
+    for key, value in (item.partition("=")[::2] for item in args.setting):
+        value = json.loads(value)
+        engine[key] = {**engine[key], **value} if isinstance(value, dict) and isinstance(engine.get(key), dict) else value
+    without, with_ = SETTING_SIDES
+    return SETTING_SIDES, {without: spec, with_: dict(spec, engine=engine)}, {side: args.hotpaths for side in SETTING_SIDES}
+
+
 def save(root: Path, args, spec: dict, meta: dict, shape_list: list[dict], runs: dict[int, dict[str, list[dict]]],
-         profiles: dict, complete: bool) -> list[dict]:
+         profiles: dict, complete: bool, sides: tuple[str, str] = SIDES) -> list[dict]:
     """throughput.json and throughput.md from the pairs run so far (the shapes with at least one);
     `complete` False: written after each pair, so that a run cut off keeps its finished pairs.
     Returns the rows."""
-    done = [n for n in range(len(shape_list)) if runs[n]["plugin"] and runs[n]["upstream"]]
-    rows = [summarize(shape_list[n], runs[n]) for n in done]
-    text = report(rows, meta["plugin"])
+    first, second = sides
+    done = [n for n in range(len(shape_list)) if runs[n][first] and runs[n][second]]
+    rows = [summarize(shape_list[n], runs[n], sides) for n in done]
+    text = report(rows, meta[second], sides, getattr(args, "setting", None))
     if not complete:
-        text += f"\n\n(cut off: {sum(len(runs[n]['plugin']) for n in done)} pairs of {args.runs * len(shape_list)})"
+        text += f"\n\n(cut off: {sum(len(runs[n][second]) for n in done)} pairs of {args.runs * len(shape_list)})"
     (root / "throughput.json").write_text(home_as_tilde(json.dumps(
         {"meta": meta, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                                 if k not in ("func", "check_arguments")},
@@ -472,13 +526,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--presence", type=float, nargs="+", default=[0.0, 1.5], help="presence penalties")
     parser.add_argument("--tokens", type=int, default=256, help="generated tokens per request")
     parser.add_argument("--runs", type=int, default=5, help="timed runs per side and shape")
-    parser.add_argument("--hotpaths", default="all", help="VLLM_HOTPATHS for the plugin side")
+    parser.add_argument("--hotpaths", default="all", help="VLLM_HOTPATHS for the plugin side (both sides with --setting)")
     parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
                         help="where the dummy model's config is written (keep it fixed: torch.compile's cache key)")
     parser.add_argument("--gpu-memory", type=float, default=0.42, help="gpu_memory_utilization of each engine")
     parser.add_argument("--attention", help="attention backend, e.g. TRITON_ATTN (not given: vLLM chooses)")
     parser.add_argument("--engine-arg", action="append", metavar="KEY=JSON",
                         help="another LLM keyword argument, e.g. compilation_config={\"max_cudagraph_capture_size\":1024}")
+    parser.add_argument("--setting", action="append", metavar="KEY=JSON",
+                        help="compare this engine setting instead of the plugin: one side without it, one with it, "
+                             "e.g. compilation_config={\"max_cudagraph_capture_size\":1024}")
     parser.add_argument("--cpus", type=cpu_list, help="pin both engines to these cores, e.g. 2-9 or 2,4,6 (default: not pinned)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds an engine may take for one step")
     parser.add_argument("--out", default="throughput-out", help="folder of the engines' files and the results")
@@ -498,14 +555,15 @@ def check_arguments(parser: argparse.ArgumentParser, args) -> None:
         parser.error("--presence values must be >= 0")
     if not 0 < args.gpu_memory < 0.5:
         parser.error("--gpu-memory must be in (0, 0.5): two engines share the GPU")
-    for item in args.engine_arg or []:
-        key, sep, value = item.partition("=")
-        try:
-            json.loads(value)
-        except ValueError:
-            sep = ""
-        if not sep or not key:
-            parser.error(f"--engine-arg takes KEY=JSON, got {item!r}")
+    for option, items in (("--engine-arg", args.engine_arg), ("--setting", args.setting)):
+        for item in items or []:
+            key, sep, value = item.partition("=")
+            try:
+                json.loads(value)
+            except ValueError:
+                sep = ""
+            if not sep or not key:
+                parser.error(f"{option} takes KEY=JSON, got {item!r}")
 
 
 if __name__ == "__main__":  # one engine, in the process `Engine` starts

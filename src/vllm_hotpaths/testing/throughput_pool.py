@@ -1,10 +1,12 @@
 """All the alternating pairs of several `vllm-hotpaths throughput` results, pooled per shape: the
-pairs' median plugin / upstream ratio, a bootstrap interval of that median, the geometric mean.
+pairs' median plugin / upstream ratio (with / without for a `--setting` result), a bootstrap
+interval of that median, the geometric mean.
 
     python -m vllm_hotpaths.testing.throughput_pool THROUGHPUT_JSON [...] [--resamples N] [--seed N]
 
 Pairs from runs of different lengths or engines should not be pooled: every file is expected to
-share the first one's tokens per request, vLLM version and device (else it is refused, naming it).
+share the first one's sides, tokens per request, vLLM version and device (else it is refused,
+naming it).
 """
 
 from __future__ import annotations
@@ -16,19 +18,27 @@ from pathlib import Path
 
 import numpy as np
 
+from vllm_hotpaths.testing.throughput import SETTING_SIDES, SIDES
+
+
+def sides_of(result: dict) -> tuple[str, str]:
+    return SIDES if SIDES[1] in result["meta"] else SETTING_SIDES
+
 
 def pairs_of(result: dict) -> dict[str, list[float]]:
-    """Shape -> each turn's plugin / upstream ratio of tokens per second."""
+    """Shape -> each turn's second side / first side ratio of tokens per second."""
     def rate(run):
         return run["tokens"] / run["seconds"]
 
-    return {shape: [rate(p) / rate(u) for u, p in zip(runs["upstream"], runs["plugin"])]
+    first, second = sides_of(result)
+    return {shape: [rate(b) / rate(a) for a, b in zip(runs[first], runs[second])]
             for shape, runs in result["runs"].items()}
 
 
 def what_was_run(result: dict) -> tuple:
-    meta = result["meta"]["plugin"]
-    return result["args"]["tokens"], meta["vllm"], meta["device"]
+    sides = sides_of(result)
+    meta = result["meta"][sides[1]]
+    return sides, result["args"]["tokens"], meta["vllm"], meta["device"]
 
 
 def pool(results: list[dict], resamples: int = 20_000, seed: int = 0) -> list[dict]:
@@ -49,8 +59,8 @@ def pool(results: list[dict], resamples: int = 20_000, seed: int = 0) -> list[di
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| shape | pairs | plugin / upstream, median of pairs | 95% interval | geometric mean |",
+def table(rows: list[dict], sides: tuple[str, str] = SIDES) -> str:
+    lines = [f"| shape | pairs | {sides[1]} / {sides[0]}, median of pairs | 95% interval | geometric mean |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['shape']} | {r['pairs']} | {r['median']:.3f} | {r['low']:.3f}-{r['high']:.3f} | "
               f"{r['geometric_mean']:.3f} |" for r in rows]
@@ -75,9 +85,9 @@ def main(argv=None) -> int:
     first = what_was_run(results[0])
     for path, result in zip(args.results, results):
         if what_was_run(result) != first:
-            parser.error(f"{path} ran {what_was_run(result)}, not {first} (tokens, vLLM, device) as "
+            parser.error(f"{path} ran {what_was_run(result)}, not {first} (sides, tokens, vLLM, device) as "
                          f"{args.results[0]} did")
-    print(table(pool(results, args.resamples, args.seed)))
+    print(table(pool(results, args.resamples, args.seed), first[0]))
     return 0
 
 
