@@ -1,7 +1,8 @@
 """Upstream's semantics, frozen: `KVCacheManager.allocate_slots` for a decode step, given the
 `DecodeStep` read before the call.
 
-`DecodeAllocation021`: vLLM 0.21.0 to 0.22.x. The slots needed are those of the computed tokens
+`DecodeAllocation021`: vLLM 0.21.0 on (through 0.34.x the decode case keeps these semantics; the
+code around them moved, `fast.Layout`). The slots needed are those of the computed tokens
 (capped at the model's length), the new tokens and the lookahead, again capped at the model's
 length; blocks are taken for what the request does not hold yet, or none at all when the pool
 has fewer free blocks than that. With prefix caching, the full blocks of the computed and new

@@ -13,19 +13,23 @@ from vllm_hotpaths.allocate_slots import DecodeStep
 
 def decode_case(manager, request, arguments: dict) -> bool:
     """Whether upstream's call is the decode case: one full-attention group (the manager itself,
-    not a subclass) under the unitary or no-prefix-cache coordinator, a running request, new
-    tokens and nothing else."""
+    not a subclass) under the unitary or no-prefix-cache coordinator, a running request with no
+    copy-on-write tail pending, new tokens and nothing else."""
     from vllm.v1.core import kv_cache_coordinator as coordinators
     from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
+    from vllm.v1.request import RequestStatus
 
     managers = manager.coordinator.single_type_managers
     return (len(managers) == 1 and type(managers[0]) is FullAttentionManager
             and type(manager.coordinator) in (coordinators.UnitaryKVCacheCoordinator,
                                               coordinators.KVCacheCoordinatorNoPrefixCache)
             and request.request_id in managers[0].num_cached_block and arguments["num_new_tokens"] > 0
+            and request.status == RequestStatus.RUNNING
+            and request.request_id not in getattr(managers[0], "_partial_hit_reqs", {})
             and arguments.get("new_computed_blocks") is None
             and not any(arguments.get(k) for k in ("num_new_computed_tokens", "num_external_computed_tokens",
-                                                   "num_encoder_tokens", "delay_cache_blocks", "full_sequence_must_fit")))
+                                                   "num_encoder_tokens", "delay_cache_blocks", "full_sequence_must_fit",
+                                                   "reserved_blocks")))
 
 
 def decode_step(manager, request, arguments: dict) -> DecodeStep:
