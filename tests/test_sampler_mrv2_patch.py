@@ -25,7 +25,7 @@ def test_the_patch_leaves_logits_it_cannot_load_to_upstream():
         pytest.skip("the patch is not written for the installed vLLM")
     patch.install_methods()
     live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
-    live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
+    live.add_request(0, [1, 2], [], RequestParams(temperature=0.9, seed=3))  # a batch needing processing
     live.add_request(1, [3], [], RequestParams(temperature=0.0, seed=4))
     args = live.sampler_args(torch.zeros(2, 64), [0, 1], [0, 0], [5, 6], [2, 1])
     assert live.sampler.__dict__["_hotpaths_fused"][:2].all()
@@ -145,7 +145,7 @@ def test_the_first_sample_call_compiles_what_later_batches_launch():
     with patch.penalty_tables("compact"):
         live = registry.get("sampler_mrv2").live_factory()(vocab, 4, "cuda")
     sampler = live.sampler
-    live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
+    live.add_request(0, [1, 2], [], RequestParams(temperature=0.9, seed=3))  # a batch needing processing
     live.add_request(2, [4], [], RequestParams(temperature=1.0, seed=5, top_p=0.9))  # upstream's path
     kernels = (fast._fused_block_kernel, fast._penalties_kernel, penalty_tables._admit_kernel,
                penalty_tables._count_sampled_kernel)
@@ -215,7 +215,7 @@ def test_the_patched_sample_names_its_arguments_as_the_signature_binds_them():
         pytest.skip("the patch is not written for the installed vLLM")
     patch.install_methods()
     live = registry.get("sampler_mrv2").live_factory()(64, 2, "cpu")
-    live.add_request(0, [1, 2], [], RequestParams(temperature=1.0, seed=3))
+    live.add_request(0, [1, 2], [], RequestParams(temperature=0.9, seed=3))  # a batch needing processing
     live.add_request(1, [3], [], RequestParams(temperature=1.0, seed=4))
     args = live.sampler_args(torch.randn(2, 64, generator=torch.Generator().manual_seed(0)), [0, 1], [0, 0],
                              [5, 6], [2, 1])

@@ -129,6 +129,9 @@ def _rows_kernel(slots_out, temp_out, seed_out, rep_out, freq_out, pres_out, pen
 
 
 _row_scratches: dict[tuple, tuple[torch.Tensor, ...]] = {}
+# Fewer rows: a penalized fused batch reads its parameters where vLLM keeps them. Its few programs
+# cross PCIe less than the gathering launch costs the host (docs/sampler_mrv2.md).
+GATHER_MIN_ROWS = 256
 
 
 def row_parameters(slots, temperature, seeds, repetition, frequency, presence, penalty_rows):
@@ -166,7 +169,7 @@ def fused_sample(logits, slots, pos, local_pos, input_ids, temperature, seeds, r
     (its load layout), else an fp32 copy's; `penalized`: some row may have a penalty; `drafts`: at
     least the largest `local_pos`."""
     n, vocab_size = logits.shape
-    if penalized:  # each program's five parameter loads from device memory (`row_parameters`)
+    if penalized and n >= GATHER_MIN_ROWS:  # each program's five parameter loads from device memory
         slots, temperature, seeds, repetition, frequency, presence, penalty_rows = row_parameters(
             slots, temperature, seeds, repetition, frequency, presence, penalty_rows)
     blocks = triton.cdiv(vocab_size, BLOCK)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 FLAT_SHARE = 0.5
+LAZY_MIN_ROWS = 512  # fewer rows: the lazy pass's host work outweighs what it saves on the device
 FUSED_RUN = 256
 MEASURE_EVERY = 8
 CHOICES = ("lazy", "fused")
@@ -47,10 +48,12 @@ class PassChoice:
             raise ValueError(f"a forced pass is one of {CHOICES} or None, not {choice!r}")
         self._forced = choice
 
-    def lazy_next(self) -> bool:
-        """Whether the next batch takes the lazy pass."""
+    def lazy_next(self, rows: int) -> bool:
+        """Whether the next batch, of `rows` logits rows, takes the lazy pass."""
         if self._forced is not None:
             return self._forced == "lazy"
+        if rows < LAZY_MIN_ROWS:
+            return False
         if self._ids and (self._landed is None or self._landed.query()):
             if int(self._sum.item()) > FLAT_SHARE * self._ids:
                 self.fused_left, self._unmeasured = FUSED_RUN, 0

@@ -11,7 +11,8 @@ penalties, prompt bitmask and output counts of `penalties_state`. It returns the
 `Sampler.__call__` reads them (a processed logprobs mode, and from 0.23 only when logprobs were
 asked for), None elsewhere instead of a tensor nobody reads. From 0.27, a batch in which no request
 needs processing (upstream's own flags) is sampled from the caller's logits, which come back as
-the processed ones, as upstream returns them. Batches it cannot vouch for go to the `sample` it
+the processed ones, as upstream returns them: by the lazy pass where it is chosen for the batch,
+else by upstream's own pass (the fused one would read the logits as often, after more host work). Batches it cannot vouch for go to the `sample` it
 replaced: a request it does not cover, parameters `RequestParams` refuses, the fp64 noise option, a
 padded row (slot -1), logits other than fp32/bf16/fp16 rows of unit stride (0.26, which processes
 the caller's dtype: fp32 only), a row stride whose alignment class differs from the vocabulary's
@@ -87,7 +88,8 @@ PLUGIN_CHANGES = {
     "0.23.0": "the fused pass writes the processed logits only where a processed logprobs mode asks for logprobs",
     "0.24.0": "the fused pass draws 0.24's noise, -log(-log1p(-u))",
     "0.26.0": "the fused pass samples fp32 logits only (0.26 processes bf16/fp16 in their dtype: upstream's)",
-    "0.27.0": "the fused pass samples a batch no request needs processing from the caller's logits, as upstream",
+    "0.27.0": "a batch no request needs processing is sampled from the caller's logits, as upstream: by the lazy "
+              "pass where it is chosen, else by upstream's pass (the fused one would read them as often)",
     "0.28.0": "requests with a thinking budget, and engines returning a sampling mask, go to upstream's pass",
     "0.30.0": "the watermarking sampler (a Sampler subclass) goes to upstream's pass",
     "0.31.0": "the fused pass draws murmur3 noise; upstream's dense penalty tables are kept (0.31's PenaltiesState "
@@ -257,14 +259,21 @@ def fused_or_none(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, in
     """(ids, processed logits or None) through the fused kernel, or None where the batch is not
     one it vouches for."""
     flags = sampler.__dict__.get("_hotpaths_fused")
-    if flags is None or not plain_sampler(sampler) or not loadable(sampler, logits) or \
-            np.any(idx_mapping_np < 0) or not flags[idx_mapping_np].all():
+    if flags is None:
         return None
     raw = samples_unprocessed(sampler, idx_mapping_np)
+    choice = pass_choice(sampler)
+    lazy = choice is not None and choice.lazy_next(logits.shape[0])
+    if raw and not lazy:
+        # Upstream samples these logits as they are: the fused pass would read them as often, after
+        # more host work. Decided first, so that handing the batch over costs little.
+        return None
+    if not plain_sampler(sampler) or not loadable(sampler, logits) or np.any(idx_mapping_np < 0) or \
+            not flags[idx_mapping_np].all():
+        return None
     arguments = fused_arguments(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos, input_ids,
                                 expanded_local_pos, raw, reads_processed(sampler, return_logprobs))
-    choice = pass_choice(sampler)
-    if choice is not None and choice.lazy_next():
+    if lazy:
         ids, processed, drawn = lazy_sample(**arguments)
         choice.lazy_done(drawn, logits.numel())
     else:
@@ -278,7 +287,7 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
     sets top-k, top-p and min_p), launch each of the patch's kernels once per variant this engine
     can meet, on the batch's first row, so that Triton compiles them at start-up and not on the
     first requests they serve: the fused kernel (and the lazy pass's, where a batch may take it:
-    `pass_choice`) with and without penalties, without drafts and, where speculative decoding is
+    `pass_choice`; only the lazy pass samples the caller's logits) with and without penalties, without drafts and, where speculative decoding is
     on (the sampler's bound, vLLM's `num_speculative_steps + 1`, is then above 1), with the bound,
     the processed logits written as the logprobs mode asks; and with compact tables their kernels
     (`compile_table_kernels`). Their results are dropped. Returns the launches made (none on the
@@ -307,6 +316,8 @@ def _launch_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
             for raw in raws:
                 for write in writes - ({True} if raw else set()):
                     for sample in (fused_sample, lazy_sample) if pass_choice(sampler) else (fused_sample,):
+                        if raw and sample is fused_sample:  # such batches go to upstream (`fused_or_none`)
+                            continue
                         sample(**{**first, "penalized": penalized, "drafts": drafts, "raw": raw, "write": write})
                         sampler._hotpaths_compiled += 1
     sampler._hotpaths_compiled += compile_table_kernels(sampler, first, bounds)

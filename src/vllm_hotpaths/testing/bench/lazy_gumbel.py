@@ -11,7 +11,10 @@ same prebuilt arguments as upstream's (the whole call as vLLM makes it): its pas
 forced lazy, and chosen per batch (`sampler_mrv2.pass_choice`). The ids of all sides are
 compared before timing.
 
-    python -m vllm_hotpaths.testing.bench.lazy_gumbel [--json FILE] [--batch B] [--release X]
+At a small B a call is mostly host work: each timed loop then makes 1,024 / B calls on the same
+logits, so that a loop lasts about as long at every B.
+
+    python -m vllm_hotpaths.testing.bench.lazy_gumbel [--json FILE] [--batch B ...] [--gaps G ...] [--release X]
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def lazy_type(fused_type: type) -> type:
     return type(f"Lazy{fused_type.__name__}", (lazy._Lazy, fused_type), {})
 
 
-def plugin_times(sampler, built: dict, want: torch.Tensor) -> dict:
+def plugin_times(sampler, built: dict, want: torch.Tensor, calls: int) -> dict:
     """The patched `Sampler.sample` on `built` (upstream's prebuilt arguments), its pass forced
     fused, forced lazy, then chosen by `pass_choice`'s rule from a fresh start (its steady state
     over the timing loop): wall and device seconds, after checking each one's ids."""
@@ -61,7 +64,7 @@ def plugin_times(sampler, built: dict, want: torch.Tensor) -> dict:
             sampler._hotpaths_choice = pass_choice.PassChoice(forced)
             ids, _ = sampler.sample(**built)
             assert torch.equal(ids.view(-1).to(torch.int64), want), (name, "plugin vs fused")
-            times[f"plugin_{name}_s"] = wall_time(lambda kw: sampler.sample(**kw), [built])
+            times[f"plugin_{name}_s"] = wall_time(lambda kw: sampler.sample(**kw), [built] * calls)
             times[f"plugin_{name}_device_s"] = triton.testing.do_bench(lambda: sampler.sample(**built)) * 1e-3
         times["plugin_auto_fused_left"] = sampler._hotpaths_choice.fused_left  # 0: the rule was taking lazy
     finally:
@@ -69,7 +72,8 @@ def plugin_times(sampler, built: dict, want: torch.Tensor) -> dict:
     return times
 
 
-def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release: str | None = None) -> list[dict]:
+def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release: str | None = None,
+            gaps: tuple = GAPS) -> list[dict]:
     """`release`: whose noise and copy rules (default: the installed vLLM's, else 0.33.0)."""
     import triton.testing
 
@@ -86,8 +90,8 @@ def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release
           f"{'up/lazy':>7} {'fused/lazy':>10} | device: {'up':>7} {'fused':>7} {'lazy':>7}")
     rows = np.arange(batch)
     layout = (rows, np.zeros(batch, np.int64), (rows + 1) % vocab, np.full(batch, 8))
-    records = []
-    for gap in GAPS:
+    records, calls = [], max(1, 1024 // batch)
+    for gap in gaps:
         gen = torch.Generator(device=device).manual_seed(int(gap) + 7)
         logits = shaped_logits(batch, vocab, gap, gen, device)
         args = (logits, *layout)
@@ -107,8 +111,8 @@ def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release
                           "gap": gap, "temperature": t, "kind": kind, "size": {"B": batch}, "vocab": vocab,
                           "device": device, "gpu": gpu, "vllm": installed, "reference_version": version,
                           "drawn_share": drawn}
-                record["fused_s"] = wall_time(lambda a: fused.sample(*a, processed=False), [args])
-                record["lazy_s"] = wall_time(lambda a: lazy_pass.sample(*a, processed=False), [args])
+                record["fused_s"] = wall_time(lambda a: fused.sample(*a, processed=False), [args] * calls)
+                record["lazy_s"] = wall_time(lambda a: lazy_pass.sample(*a, processed=False), [args] * calls)
                 record["fused_device_s"] = triton.testing.do_bench(lambda: fused.sample(*args, processed=False)) * 1e-3
                 record["lazy_device_s"] = triton.testing.do_bench(
                     lambda: lazy_pass.sample(*args, processed=False)) * 1e-3
@@ -120,12 +124,12 @@ def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release
                     vllm_sample = upstream_sample()
                     up_ids, _ = vllm_sample(live.sampler, **built)
                     assert torch.equal(up_ids.view(-1).to(torch.int64), want), (gap, t, kind, "upstream vs fused")
-                    record["upstream_s"] = wall_time(lambda kw: vllm_sample(live.sampler, **kw), [built])
+                    record["upstream_s"] = wall_time(lambda kw: vllm_sample(live.sampler, **kw), [built] * calls)
                     record["upstream_device_s"] = triton.testing.do_bench(
                         lambda: vllm_sample(live.sampler, **built)) * 1e-3
                     record["ratio"] = record["upstream_s"] / record["lazy_s"]
                     if plugin_applies():
-                        record.update(plugin_times(live.sampler, built, want))
+                        record.update(plugin_times(live.sampler, built, want, calls))
                         record["plugin_ratio"] = record["upstream_s"] / record["plugin_lazy_s"]
                         record["plugin_auto_ratio"] = record["upstream_s"] / record["plugin_auto_s"]
                     del live, built
@@ -149,10 +153,12 @@ def measure(device: str = "cuda", batch: int = 1024, vocab: int = VOCAB, release
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the records here")
-    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1024])
+    parser.add_argument("--gaps", type=float, nargs="+", default=list(GAPS))
     parser.add_argument("--release", help="the vLLM release whose noise to draw (default: the installed one)")
     args = parser.parse_args()
-    records = measure(batch=args.batch, release=args.release)
+    records = [record for batch in args.batch
+               for record in measure(batch=batch, release=args.release, gaps=tuple(args.gaps))]
     if args.json:
         with open(args.json, "w") as out:
             json.dump(records, out, indent=1)
