@@ -208,7 +208,7 @@ def samples_unprocessed(sampler, idx_mapping_np) -> bool:
         return False
     if hasattr(sampler, "_requires_logits_processing"):  # 0.27
         return not sampler._requires_logits_processing(idx_mapping_np)
-    return not np.any(sampler.needs_logits_processing[idx_mapping_np])
+    return not sampler.needs_logits_processing[idx_mapping_np].any()
 
 
 def loadable(sampler, logits) -> bool:
