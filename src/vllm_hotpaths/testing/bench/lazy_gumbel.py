@@ -7,7 +7,8 @@ the share of the batch's ids whose noise the lazy pass drew, and whole-call wall
 side by side as `bench.sampler_mrv2` measures them (host work included; upstream with its
 device-side arguments prebuilt), with `triton.testing.do_bench` device times. Where the plugin's
 patch is written for the installed vLLM, also vLLM's `Sampler.sample` patched, called with the
-same prebuilt arguments as upstream's (the whole call as vLLM makes it): its pass forced fused,
+same prebuilt arguments as upstream's (the whole call as vLLM makes it): its pass forced fused
+(a batch upstream samples unprocessed, from 0.27, then goes to upstream: the patch's hand-over),
 forced lazy, and chosen per batch (`sampler_mrv2.pass_choice`). The ids of all sides are
 compared before timing.
 
