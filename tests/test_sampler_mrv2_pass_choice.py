@@ -178,3 +178,31 @@ def test_a_penalized_batch_reads_its_parameters_gathered_or_in_place_to_the_same
         results.append(fast.fused_sample(**arguments))
     assert torch.equal(results[0][0], results[1][0])
     assert torch.equal(results[0][1].view(torch.int32), results[1][1].view(torch.int32))
+
+
+@pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
+def test_a_batch_is_unprocessed_only_where_none_of_its_requests_needs_processing():
+    """From 0.28 the patch remembers, at each admission, whether any slot needs processing: with
+    none, every batch is sampled unprocessed without looking at it; with one, each batch is
+    looked at (a freed slot's flag stays set until its slot is reused)."""
+    import numpy as np
+
+    from vllm_hotpaths import registry
+    from vllm_hotpaths.logits_copy import RequestParams
+    from vllm_hotpaths.registry import version_key
+    from vllm_hotpaths.sampler_mrv2 import patch
+
+    version = vllm_env.installed_version()
+    if registry.get("sampler_mrv2").patch_needed(version) or version_key(version) < version_key("0.28.0"):
+        pytest.skip("the flags are upstream's own array from 0.28")
+    patch.install_methods()
+    live = registry.get("sampler_mrv2").live_factory()(VOCAB, ROWS, "cpu")
+    unprocessed = lambda *slots: patch.samples_unprocessed(live.sampler, np.array(slots, dtype=np.int32))  # noqa: E731
+    for slot in range(ROWS - 1):
+        live.add_request(slot, [slot + 1] * 3, [], RequestParams(temperature=1.0, seed=slot))
+    assert unprocessed(0, 1, 2)
+    live.add_request(ROWS - 1, [4] * 3, [], RequestParams(temperature=0.6, seed=3))
+    assert unprocessed(0, 1, 2) and not unprocessed(ROWS - 1) and not unprocessed(0, ROWS - 1)
+    live.remove_request(ROWS - 1)
+    live.add_request(ROWS - 1, [5] * 3, [], RequestParams(temperature=1.0, seed=4))
+    assert unprocessed(0, ROWS - 1)

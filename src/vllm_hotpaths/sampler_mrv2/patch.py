@@ -208,6 +208,8 @@ def samples_unprocessed(sampler, idx_mapping_np) -> bool:
         return False
     if hasattr(sampler, "_requires_logits_processing"):  # 0.27
         return not sampler._requires_logits_processing(idx_mapping_np)
+    if not sampler.__dict__.get("_hotpaths_processing", True):  # no slot's flag is set
+        return True
     return not sampler.needs_logits_processing[idx_mapping_np].any()
 
 
@@ -390,6 +392,9 @@ def _install_sampler(sampler) -> None:
         if flags is None:
             flags = self._hotpaths_fused = np.zeros(self.sampling_states.max_num_reqs, dtype=bool)
         flags[req_idx] = covered(self, _sampling_params(args, kwargs))
+        needs = getattr(self, "needs_logits_processing", None)  # 0.28 on: set only here, per slot
+        if needs is not None:
+            self._hotpaths_processing = bool(needs.any())
         _bound_drafts(self)
         return out
 
