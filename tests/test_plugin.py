@@ -383,3 +383,23 @@ def test_the_plugin_installs_on_a_validated_intermediate_release(pytestconfig):
         installs = name in recorded and hotpath.patch_needed(INTERMEDIATE) is None and hotpath.held_back() is None
         assert f"{name} {'PATCHED' if installs else 'UPSTREAM'}" in result.stdout, result.stdout
     assert f"penalties installed for vLLM {INTERMEDIATE}" in result.stdout, result.stdout
+
+
+def test_a_patch_not_needed_on_the_release_asks_for_no_validation(monkeypatch, tmp_path, caplog):
+    """Where a hot path's patch has nothing to do on the installed vLLM, the plugin says so and
+    does not ask for a gate run that would validate nothing."""
+    from vllm_hotpaths import plugin
+
+    version = vllm_env.installed_version()
+    name = "new_block_ids"
+    from vllm_hotpaths.new_block_ids import patch
+
+    monkeypatch.setattr(patch, "not_needed", lambda v: f"nothing to do on {v}")
+    path = tmp_path / "validated.json"
+    path.write_text(json.dumps({}))
+    monkeypatch.setenv("VLLM_HOTPATHS_VALIDATED", str(path))
+    monkeypatch.setenv("VLLM_HOTPATHS", name)
+    with caplog.at_level("INFO", logger="vllm.vllm_hotpaths"):
+        assert plugin.register().get(name) == []  # considered, nothing replaced
+    assert f"{name} left to upstream on vLLM {version}: nothing to do on {version}" in caplog.text, caplog.text
+    assert "not validated" not in caplog.text, caplog.text

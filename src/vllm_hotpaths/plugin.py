@@ -159,6 +159,11 @@ def _consider(name: str, version: str, entry: dict | None, device: str, names: l
         logger.info("vllm-hotpaths: %s held back on vLLM %s, upstream kept: %s", name, version, held_back)
         _installed[name] = []
         return
+    reason = hotpath.patch_needed(version)  # before the record: nothing to validate where nothing installs
+    if reason is not None:
+        logger.info("vllm-hotpaths: %s left to upstream on vLLM %s: %s", name, version, reason)
+        _installed[name] = []
+        return
     devices = entry.get("devices", ()) if entry else ()
     if entry is None or not (device in devices or (hotpath.host_only and "cpu" in devices)):
         logger.warning(
@@ -166,10 +171,5 @@ def _consider(name: str, version: str, entry: dict | None, device: str, names: l
             "`vllm-hotpaths gate --vllm %s --hotpath %s --record`%s", name, version,
             "" if entry is None else f" on {device} (validated on {', '.join(entry.get('devices', ())) or 'nothing'})",
             version, name, "" if device == "cpu" else f" on a {device} machine")
-        return
-    reason = hotpath.patch_needed(version)
-    if reason is not None:
-        logger.info("vllm-hotpaths: %s left to upstream on vLLM %s: %s", name, version, reason)
-        _installed[name] = []
         return
     _install(name, version, names)
