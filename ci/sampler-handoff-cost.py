@@ -25,7 +25,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20_000)
     args = parser.parse_args()
     version = vllm_env.installed_version()
-    if registry.get("sampler_mrv2").patch_needed(version) or registry.version_key(version) < registry.version_key("0.28.0"):
+    too_old = registry.version_key(version) < registry.version_key("0.28.0")
+    if registry.get("sampler_mrv2").patch_needed(version) or too_old:
         raise SystemExit(f"needs a vLLM from 0.28 the patch is written for, not {version}")
     patch.install_methods()
     vocab, batch = 1024, args.batch

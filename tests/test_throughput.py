@@ -272,7 +272,8 @@ def test_pooling_refuses_results_of_other_lengths_or_files_that_are_not_results(
 
 def test_a_setting_is_compared_on_the_same_plugin_and_merged_into_the_engine_args(tmp_path, monkeypatch):
     args = parsed(monkeypatch, "--model-dir", str(tmp_path / "m"), "--hotpaths", "off", "--engine-arg",
-                  'compilation_config={"mode": 3}', "--setting", 'compilation_config={"max_cudagraph_capture_size": 1024}')
+                  'compilation_config={"mode": 3}', "--setting",
+                  'compilation_config={"max_cudagraph_capture_size": 1024}')
     spec = {"engine": throughput.engine_kwargs(args)}
     sides, specs, hotpaths = throughput.side_specs(args, spec)
     assert sides == throughput.SETTING_SIDES and hotpaths == {"without": "off", "with": "off"}

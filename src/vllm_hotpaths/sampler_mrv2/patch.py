@@ -2,23 +2,24 @@
 with the release's own noise and copy rules (the reference in force there: `reference.SamplerPass*`).
 
 `Sampler.add_request` also sets the slot's flag: the fused kernel covers the request
-(`fast.fused_covers`: temperature and penalties only; no top-k/top-p, logit bias, allowed ids,
-min tokens with stop ids, bad words, min_p or thinking budget). `Sampler.sample`, when every
-request of the batch is flagged, runs `fast.fused_sample` (or, where `lazy_choice` allows it on a
-release whose noise has a bound, the lazy pass that `pass_choice` picks per batch) on vLLM's own
-state: the row tensors it is called with, the temperatures and seeds of `sampling_states`, the
-penalties, prompt bitmask and output counts of `penalties_state`. It returns the ids and the processed logits where
+(`fast.fused_covers`: temperature and penalties only; no top-k/top-p, logit bias, allowed ids, min
+tokens with stop ids, bad words, min_p or thinking budget). `Sampler.sample`, when every request of
+the batch is flagged, runs `fast.fused_sample` (or, where `lazy_choice` allows it on a release whose
+noise has a bound, the lazy pass that `pass_choice` picks per batch) on vLLM's own state: the row
+tensors it is called with, the temperatures and seeds of `sampling_states`, the penalties, prompt
+bitmask and output counts of `penalties_state`. It returns the ids and the processed logits where
 `Sampler.__call__` reads them (a processed logprobs mode, and from 0.23 only when logprobs were
 asked for), None elsewhere instead of a tensor nobody reads. From 0.27, a batch in which no request
-needs processing (upstream's own flags) is sampled from the caller's logits, which come back as
-the processed ones, as upstream returns them: by the lazy pass where it is chosen for the batch,
-else by upstream's own pass (the fused one would read the logits as often, after more host work). Batches it cannot vouch for go to the `sample` it
-replaced: a request it does not cover, parameters `RequestParams` refuses, the fp64 noise option, a
-padded row (slot -1), logits other than fp32/bf16/fp16 rows of unit stride (0.26, which processes
-the caller's dtype: fp32 only), a row stride whose alignment class differs from the vocabulary's
-(the load layout would differ from upstream's fp32 copy's, and with it which of two NaNs wins),
-and every batch of a sampler that is not vLLM's `Sampler` itself (0.30's watermarking sampler
-subclasses it), holds custom logits processors (0.31) or returns a sampling mask (0.28).
+needs processing (upstream's own flags) is sampled from the caller's logits, which come back as the
+processed ones, as upstream returns them: by the lazy pass where it is chosen for the batch, else by
+upstream's own pass (the fused one would read the logits as often, after more host work). Batches it
+cannot vouch for go to the `sample` it replaced: a request it does not cover, parameters
+`RequestParams` refuses, the fp64 noise option, a padded row (slot -1), logits other than
+fp32/bf16/fp16 rows of unit stride (0.26, which processes the caller's dtype: fp32 only), a row
+stride whose alignment class differs from the vocabulary's (the load layout would differ from
+upstream's fp32 copy's, and with it which of two NaNs wins), and every batch of a sampler that is
+not vLLM's `Sampler` itself (0.30's watermarking sampler subclasses it), holds custom logits
+processors (0.31) or returns a sampling mask (0.28).
 
 Penalty state (0.22 to 0.30, whose `PenaltiesState` is 0.22's line for line; from 0.31 upstream's
 dense tables are kept, a slot's counts its own row there): `PenaltiesState` keeps `CompactCounts` tables in place of its dense ones
@@ -289,9 +290,9 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
     sets top-k, top-p and min_p), launch each of the patch's kernels once per variant this engine
     can meet, on the batch's first row, so that Triton compiles them at start-up and not on the
     first requests they serve: the fused kernel (and the lazy pass's, where a batch may take it:
-    `pass_choice`; only the lazy pass samples the caller's logits) with and without penalties, without drafts and, where speculative decoding is
-    on (the sampler's bound, vLLM's `num_speculative_steps + 1`, is then above 1), with the bound,
-    the processed logits written as the logprobs mode asks; and with compact tables their kernels
+    `pass_choice`; only the lazy pass samples the caller's logits) with and without penalties,
+    without drafts and, where speculative decoding is on (the sampler's bound, vLLM's
+    `num_speculative_steps + 1`, is then above 1), with the bound, the processed logits written as the logprobs mode asks; and with compact tables their kernels
     (`compile_table_kernels`). Their results are dropped. Returns the launches made (none on the
     CPU, where nothing is compiled)."""
     if sampler.__dict__.get("_hotpaths_compiled") is not None:

@@ -464,9 +464,11 @@ def side_specs(args, spec: dict) -> tuple[tuple[str, str], dict[str, dict], dict
     engine = dict(spec["engine"])
     for key, value in (item.partition("=")[::2] for item in args.setting):
         value = json.loads(value)
-        engine[key] = {**engine[key], **value} if isinstance(value, dict) and isinstance(engine.get(key), dict) else value
+        merged = isinstance(value, dict) and isinstance(engine.get(key), dict)
+        engine[key] = {**engine[key], **value} if merged else value
     without, with_ = SETTING_SIDES
-    return SETTING_SIDES, {without: spec, with_: dict(spec, engine=engine)}, {side: args.hotpaths for side in SETTING_SIDES}
+    specs = {without: spec, with_: dict(spec, engine=engine)}
+    return SETTING_SIDES, specs, {side: args.hotpaths for side in SETTING_SIDES}
 
 
 def save(root: Path, args, spec: dict, meta: dict, shape_list: list[dict], runs: dict[int, dict[str, list[dict]]],
