@@ -301,3 +301,16 @@ def test_the_report_names_the_side_with_the_setting_and_the_batches_outside_the_
     sides = throughput.SETTING_SIDES
     assert "graphs are off" in throughput.report([row], dict(meta, graphs_up_to=0), sides)
     assert "outside" not in throughput.report([outside], dict(meta, graphs_up_to=None), sides)  # an older engine's meta
+
+
+def test_a_setting_run_names_the_batches_outside_the_graphs_of_the_side_without_it(tmp_path):
+    shape_list = throughput.shapes([1024], [0.0], 256)
+    runs = {0: {"without": [run_of(2.0)], "with": [run_of(1.0)]}}
+    base = {"device": "d", "vllm": "v", "torch": "t", "patched": [], "runner": "mrv2"}
+    meta = {"without": dict(base, graphs_up_to=512), "with": dict(base, graphs_up_to=1024)}
+    args = argparse.Namespace(runs=1, out=tmp_path, setting=['compilation_config={"max_cudagraph_capture_size": 1024}'])
+    throughput.save(tmp_path, args, {"engine": {}}, meta, shape_list, runs, {}, complete=True,
+                    sides=throughput.SETTING_SIDES)
+    text = (tmp_path / "throughput.md").read_text()
+    assert "`without`: CUDA graphs cover decode steps of up to 512 tokens" in text, text
+    assert "up to 1024" not in text

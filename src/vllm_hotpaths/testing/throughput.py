@@ -480,6 +480,9 @@ def save(root: Path, args, spec: dict, meta: dict, shape_list: list[dict], runs:
     done = [n for n in range(len(shape_list)) if runs[n][first] and runs[n][second]]
     rows = [summarize(shape_list[n], runs[n], sides) for n in done]
     text = report(rows, meta[second], sides, getattr(args, "setting", None))
+    if meta[first].get("graphs_up_to") != meta[second].get("graphs_up_to"):  # `--setting` changed them
+        notes = graph_notes([row["batch"] for row in rows], meta[first])
+        text += "".join(f"\n`{first}`: {line}" if line else "\n" for line in notes)
     if not complete:
         text += f"\n\n(cut off: {sum(len(runs[n][second]) for n in done)} pairs of {args.runs * len(shape_list)})"
     (root / "throughput.json").write_text(home_as_tilde(json.dumps(
