@@ -128,8 +128,8 @@ def test_apply_sampling_params_without_sample_counts_drafts_on_compact_rows():
 @pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
 def test_the_first_sample_call_compiles_what_later_batches_launch():
     """The patched sampler's first call (vLLM's start-up) compiles each kernel of the patch in
-    the variants the engine's later calls launch: fused batches with and without a penalty, a
-    penalized request's admission, a step's sampled tokens counted, the penalties on upstream's
+    the variants the engine's later calls launch: fused batches with and without a penalty (and
+    the gathering of a large penalized batch's parameters), a penalized request's admission, a step's sampled tokens counted, the penalties on upstream's
     path, with vLLM's own tensors. Triton's in-memory caches, emptied first, hold as many variants
     after those calls as after the first one."""
     import torch
@@ -147,7 +147,7 @@ def test_the_first_sample_call_compiles_what_later_batches_launch():
     sampler = live.sampler
     live.add_request(0, [1, 2], [], RequestParams(temperature=0.9, seed=3))  # a batch needing processing
     live.add_request(2, [4], [], RequestParams(temperature=1.0, seed=5, top_p=0.9))  # upstream's path
-    kernels = (fast._fused_block_kernel, fast._penalties_kernel, penalty_tables._admit_kernel,
+    kernels = (fast._fused_block_kernel, fast._rows_kernel, fast._penalties_kernel, penalty_tables._admit_kernel,
                penalty_tables._count_sampled_kernel)
     for kernel in kernels:
         for entry in kernel.device_caches.values():
@@ -157,7 +157,7 @@ def test_the_first_sample_call_compiles_what_later_batches_launch():
     warmup = live.sampler_args(logits[:2], [2, 0], [0, 0], [7, 8], [2, 1])
     assert vllm_env.call(patch.fused_or_none, sampler, **warmup) is None  # top-p: not fused
     launches = vllm_env.call(patch.compile_variants, sampler, **warmup)
-    assert launches == 2 * (1 + (sampler.num_speculative_tokens > 1)) + 3
+    assert launches == 2 * (1 + (sampler.num_speculative_tokens > 1)) + 4
     compiled = variants()
     assert all(compiled), compiled
     assert vllm_env.call(patch.compile_variants, sampler, **warmup) == 0  # once per sampler

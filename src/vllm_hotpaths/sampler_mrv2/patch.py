@@ -50,7 +50,7 @@ from packaging.version import Version
 from vllm_hotpaths import vllm_env
 from vllm_hotpaths.logits_copy import InvalidSamplingInput
 from vllm_hotpaths.logits_copy.patch import request_params
-from vllm_hotpaths.sampler_mrv2.fast import fused_covers, fused_sample, penalize_in_place
+from vllm_hotpaths.sampler_mrv2.fast import fused_covers, fused_sample, penalize_in_place, row_parameters
 from vllm_hotpaths.sampler_mrv2.lazy import lazy_sample
 from vllm_hotpaths.sampler_mrv2.pass_choice import PassChoice
 from vllm_hotpaths.sampler_mrv2.penalty_tables import CompactCounts
@@ -292,9 +292,10 @@ def compile_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
     first requests they serve: the fused kernel (and the lazy pass's, where a batch may take it:
     `pass_choice`; only the lazy pass samples the caller's logits) with and without penalties,
     without drafts and, where speculative decoding is on (the sampler's bound, vLLM's
-    `num_speculative_steps + 1`, is then above 1), with the bound, the processed logits written as the logprobs mode asks; and with compact tables their kernels
-    (`compile_table_kernels`). Their results are dropped. Returns the launches made (none on the
-    CPU, where nothing is compiled)."""
+    `num_speculative_steps + 1`, is then above 1), with the bound, the processed logits written as
+    the logprobs mode asks; the gathering of a large penalized batch's parameters
+    (`fast.row_parameters`); and with compact tables their kernels (`compile_table_kernels`). Their
+    results are dropped. Returns the launches made (none on the CPU, where nothing is compiled)."""
     if sampler.__dict__.get("_hotpaths_compiled") is not None:
         return 0
     sampler._hotpaths_compiled = 0
@@ -323,7 +324,10 @@ def _launch_variants(sampler, logits, expanded_idx_mapping, idx_mapping_np, pos,
                             continue
                         sample(**{**first, "penalized": penalized, "drafts": drafts, "raw": raw, "write": write})
                         sampler._hotpaths_compiled += 1
-    sampler._hotpaths_compiled += compile_table_kernels(sampler, first, bounds)
+    # A penalized batch of GATHER_MIN_ROWS rows or more gathers its parameters first; one row does not.
+    row_parameters(*(first[name] for name in ("slots", "temperature", "seeds", "repetition", "frequency",
+                                              "presence", "penalty_rows")))
+    sampler._hotpaths_compiled += 1 + compile_table_kernels(sampler, first, bounds)
 
 
 def compile_table_kernels(sampler, first: dict, bounds: list[int]) -> int:
