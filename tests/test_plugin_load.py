@@ -1,9 +1,11 @@
 """vLLM's own `load_general_plugins()` with this package installed, as the gate asks it of every
 environment it runs in (`testing.plugin_load`): it returns, and a plugin that raised is told."""
 
+import json
+
 import pytest
 
-from vllm_hotpaths import vllm_env
+from vllm_hotpaths import plugin, registry, vllm_env
 from vllm_hotpaths.testing import plugin_load
 
 pytestmark = pytest.mark.skipif(vllm_env.installed_version() is None, reason="vLLM is not installed")
@@ -44,7 +46,12 @@ def test_vllm_without_model_runner_v1_starts_with_the_plugin(pytestconfig, relea
         assert any(f"{name}: vLLM 0.34.0 removed" in line for line in result["log"]), result["log"]
     assert any("this engine runs Model Runner V2" in line for line in result["log"]), result["log"]
     # what the committed validated.json records for 0.34.0, installed where a patch applies there
-    assert {n for n, replaced in result["installed"].items() if replaced} == {"sampler_mrv2", "cached_request_data"}
+    validated = json.loads(plugin.VALIDATED.read_text())
+    expected = {name for name, rows in validated.items() if release in rows and registry.get(name).patch
+                and registry.get(name).removed_in(release) is None and registry.get(name).patch_needed(release) is None
+                and registry.get(name).held_back() is None}
+    assert {"sampler_mrv2", "cached_request_data", "allocate_slots", "request_output"} <= expected
+    assert {n for n, replaced in result["installed"].items() if replaced} == expected
 
 
 def test_the_answer_is_kept_until_what_it_depends_on_changes(tmp_path, monkeypatch):
